@@ -1,0 +1,166 @@
+"""The placement plan: which actor gets which GPUs and CPUs, and whether a cluster can hold it.
+
+Pure planning (no Ray import): ``launch.py --dry-run`` prints it, and the system creates its actors
+from it. On one node the GPUs are laid out in order: inference replicas first, then the learner
+GPUs; on each learner GPU the teacher and the student learner share one base copy (0.5 GPU each).
+Verifiers ask for the custom resource that marks CPU worker nodes; where no node has it they fall
+back to the head's CPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from configs.schema import Config
+
+
+@dataclass(frozen=True)
+class ActorPlan:
+    """One actor to create: its Ray name, the resources it reserves and where it lands."""
+
+    name: str
+    role: str
+    num_cpus: float
+    num_gpus: float = 0.0
+    resources: dict[str, float] = field(default_factory=dict)
+    gpu_ids: tuple[int, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What a cluster offers: totals and per-node resource dicts (as ``ray.nodes()`` reports them)."""
+
+    total: dict[str, float]
+    nodes: list[dict[str, float]]
+    source: str
+
+
+@dataclass
+class PlacementPlan:
+    actors: list[ActorPlan]
+    verifier_resource: str
+    learner_shards: int
+
+    def by_role(self, role: str) -> list[ActorPlan]:
+        return [a for a in self.actors if a.role == role]
+
+    def totals(self, verifier_on_workers: bool = True) -> dict[str, float]:
+        """Resources the plan reserves (verifiers counted on their resource when workers carry it)."""
+        need: dict[str, float] = {"CPU": 0.0, "GPU": 0.0}
+        for actor in self.actors:
+            need["CPU"] += actor.num_cpus
+            need["GPU"] += actor.num_gpus
+            for key, value in actor.resources.items():
+                if key == self.verifier_resource and not verifier_on_workers:
+                    continue
+                need[key] = need.get(key, 0.0) + value
+        return need
+
+    def check(self, cluster: ClusterView) -> tuple[bool, list[str]]:
+        """Whether ``cluster`` can hold the plan; a line per resource, and the verifier fallback."""
+        on_workers = any(node.get(self.verifier_resource, 0) > 0 for node in cluster.nodes)
+        lines = []
+        if not on_workers:
+            lines.append(
+                f"no node carries the '{self.verifier_resource}' resource: verifiers fall back to the head's CPUs"
+            )
+        need = self.totals(verifier_on_workers=on_workers)
+        ok = True
+        for key, amount in need.items():
+            if amount == 0:
+                continue
+            have = cluster.total.get(key, 0.0)
+            fits = have + 1e-9 >= amount
+            ok &= fits
+            lines.append(f"{key}: need {amount:g}, have {have:g} ({'ok' if fits else 'NOT ENOUGH'})")
+        gpu_nodes = [n.get("GPU", 0) for n in cluster.nodes]
+        gpu_need = need.get("GPU", 0)
+        if gpu_need and max(gpu_nodes, default=0) < gpu_need:
+            lines.append(
+                f"the plan lays out {gpu_need:g} GPUs on one node; the largest node has {max(gpu_nodes, default=0):g}"
+            )
+            ok = False
+        return ok, lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "actors": [
+                {
+                    "name": a.name,
+                    "role": a.role,
+                    "num_cpus": a.num_cpus,
+                    "num_gpus": a.num_gpus,
+                    "resources": a.resources,
+                    "gpu_ids": list(a.gpu_ids),
+                    "note": a.note,
+                }
+                for a in self.actors
+            ],
+            "totals": self.totals(),
+        }
+
+    def render(self) -> str:
+        """A table of the actors; the verifier pool is one row (its actors are identical)."""
+        rows = [f"{'actor':<24}{'CPU':>6}{'GPU':>6}  placement"]
+        verifiers = self.by_role("verifier")
+        for a in self.actors:
+            if a.role == "verifier" and a is not verifiers[0]:
+                continue
+            name = a.name if a.role != "verifier" else f"verifier-0..{len(verifiers) - 1} (x{len(verifiers)})"
+            where = f"GPU {','.join(map(str, a.gpu_ids))}" if a.gpu_ids else "CPU"
+            extra = "".join(f" +{k}:{v:g}" for k, v in a.resources.items())
+            rows.append(f"{name:<24}{a.num_cpus:>6g}{a.num_gpus:>6g}  {where}{extra}  {a.note}".rstrip())
+        return "\n".join(rows)
+
+
+def learner_shard_names(role: str, shards: int) -> list[str]:
+    """``learner-<role>`` for one shard, ``learner-<role>-<g>`` for one per learner GPU.
+
+    Roles: ``teacher`` and ``student``; ``agent`` for the single-agent baseline's one adapter.
+    """
+    return [f"learner-{role}"] if shards <= 1 else [f"learner-{role}-{g}" for g in range(shards)]
+
+
+def plan_placement(config: Config) -> PlacementPlan:
+    """Lay out the actors of ``config`` (see the module docstring for the rules)."""
+    res = config.resources
+    actors: list[ActorPlan] = []
+
+    replicas = max(1, res.inference_gpus // res.tensor_parallel_size) if res.inference_gpus else 1
+    gpu = 0
+    for i in range(replicas):
+        name = "inference" if replicas == 1 else f"inference-{i}"
+        if res.inference_gpus:
+            ids = tuple(range(gpu, gpu + res.tensor_parallel_size))
+            gpu += res.tensor_parallel_size
+            note = f"vLLM engine, tensor_parallel_size={res.tensor_parallel_size}, every adapter"
+            actors.append(ActorPlan(name, "inference", res.inference_cpus, float(len(ids)), gpu_ids=ids, note=note))
+        else:
+            actors.append(ActorPlan(name, "inference", res.inference_cpus, note=f"{config.inference.backend} backend on CPU"))
+
+    shards = max(1, res.learner_gpus)
+    roles = ("agent",) if config.population.single_agent else ("teacher", "student")
+    for shard in range(shards):
+        gpu_ids = (gpu + shard,) if res.learner_gpus else ()
+        for role in roles:
+            name = learner_shard_names(role, shards)[shard]
+            share = (0.5 if len(roles) == 2 else 1.0) if res.learner_gpus else 0.0
+            note = "shares this GPU's base copy (CUDA IPC)" if res.learner_gpus else "shares the base in shared memory"
+            if role == "agent":
+                note = "the single agent's adapter (proposes and solves)"
+            actors.append(ActorPlan(name, f"learner-{role}", res.learner_cpus, share, gpu_ids=gpu_ids, note=note))
+
+    for i in range(config.verifier.actors):
+        actors.append(
+            ActorPlan(
+                f"verifier-{i}",
+                "verifier",
+                config.verifier.cpus_per_actor,
+                resources={config.verifier.resource: 1.0},
+                note="sandboxed execution",
+            )
+        )
+    actors.append(ActorPlan("league", "league", 0.0, note="ratings, PFSP, buffers, evolution, lineage"))
+    return PlacementPlan(actors, config.verifier.resource, shards)

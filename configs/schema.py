@@ -1,0 +1,239 @@
+"""The run configuration: one pydantic model per section, every field described and bounded.
+
+A YAML preset in this folder plus ``dotted.key=value`` overrides is validated into :class:`Config`
+before any actor starts. Unknown keys are rejected (``extra="forbid"``); the loader turns that
+error into a message that lists the valid keys of the section (see ``configs.loading``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+FAMILIES = ("code_o", "code_i", "code_f")
+MUTATION_NAMES = ("perturb_singular_values", "rotate_subspace", "gaussian_noise")
+CROSSOVER_NAMES = ("swap_slots", "blend_svd")
+TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+TINY_MODEL = "tiny"
+
+
+class Section(BaseModel):
+    """Base of every section: unknown keys are an error, assignment is validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    path: str = Field(
+        TINY_MODEL,
+        description="Local Hugging Face model directory, or 'tiny' for the built-in tiny code model "
+        "that the project bootstraps and caches itself. '${VAR}' is read from the environment.",
+        min_length=1,
+    )
+    tiny_variant: Literal["default", "test"] = Field(
+        "default", description="Which built-in tiny model to build when path is 'tiny' ('test' is smaller and quicker)."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Dtype of the frozen base weights (adapters train in float32)."
+    )
+    max_seq_len: int = Field(1024, ge=64, le=131072, description="Longest prompt + completion, in tokens.")
+
+
+class LoRAConfig(Section):
+    rank: int = Field(8, ge=1, le=512, description="LoRA rank r of every adapter.")
+    alpha: float = Field(16.0, gt=0, le=4096, description="LoRA alpha; scaling s = alpha / r (alpha / sqrt(r) with rsLoRA).")
+    target_modules: list[str] = Field(
+        list(TARGET_MODULES), min_length=1, description="Names of the linear layers that carry adapters."
+    )
+    rslora: bool = Field(False, description="Use rank-stabilised scaling alpha / sqrt(r).")
+    init_std: float = Field(
+        0.0, ge=0, le=1, description="Std of the initial B factor (0 = PEFT's default: Delta W starts at zero)."
+    )
+
+    @property
+    def scaling(self) -> float:
+        """s = alpha / r, or alpha / sqrt(r) with rsLoRA."""
+        return self.alpha / (self.rank**0.5 if self.rslora else self.rank)
+
+
+class PopulationConfig(Section):
+    teachers: int = Field(2, ge=1, le=64, description="Number of teacher adapters T.")
+    students: int = Field(2, ge=1, le=64, description="Number of student adapters S.")
+    single_agent: bool = Field(
+        False, description="AZR baseline: one adapter proposes and solves (teachers and students must be 1)."
+    )
+
+    @model_validator(mode="after")
+    def _single_agent_is_one_adapter(self) -> "PopulationConfig":
+        if self.single_agent and (self.teachers != 1 or self.students != 1):
+            raise ValueError("single_agent mode runs one adapter: set population.teachers=1 and population.students=1")
+        return self
+
+    @property
+    def adapters(self) -> int:
+        return 1 if self.single_agent else self.teachers + self.students
+
+
+class TasksConfig(Section):
+    families: list[Literal["code_o", "code_i", "code_f"]] = Field(
+        list(FAMILIES), min_length=1, description="Task families the teachers propose (AZR: deduction, abduction, induction)."
+    )
+    tasks_per_teacher: int = Field(4, ge=1, le=1024, description="Proposals per teacher per step, spread over the families.")
+    references_k: int = Field(2, ge=0, le=16, description="Reference tasks from the buffers shown in a proposal prompt (AZR: 6).")
+    rollouts_k: int = Field(4, ge=1, le=64, description="Student rollouts per valid task (AZR: 8); rho is their solve fraction.")
+    code_f_inputs: int = Field(4, ge=2, le=32, description="Inputs a code_f proposal gives (AZR: 10); half are shown to the student.")
+    buffer_capacity: int = Field(256, ge=1, le=1_000_000, description="FIFO cap of each family's task buffer.")
+    seed_file: Path | None = Field(None, description="Optional JSONL of seed tasks; default seeds with the identity program.")
+
+    @model_validator(mode="after")
+    def _unique_families(self) -> "TasksConfig":
+        if len(set(self.families)) != len(self.families):
+            raise ValueError(f"families must not repeat: {self.families}")
+        return self
+
+
+class RewardsConfig(Section):
+    student_correct: float = Field(1.0, ge=-10, le=10, description="Student reward for a correct, well-formed answer.")
+    student_wrong: float = Field(-0.5, ge=-10, le=10, description="Student reward for a well-formed wrong answer (AZR: -0.5).")
+    student_malformed: float = Field(-1.0, ge=-10, le=10, description="Student reward for an unparsable answer (AZR: -1).")
+    teacher_invalid: float = Field(-1.0, ge=-10, le=10, description="Teacher reward for an invalid proposal.")
+
+
+class RLConfig(Section):
+    learning_rate: float = Field(1e-4, gt=0, le=1.0, description="AdamW learning rate of every adapter.")
+    weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW weight decay.")
+    clip_epsilon: float = Field(0.2, gt=0, le=1.0, description="PPO ratio clip, used when epochs > 1.")
+    kl_coef: float = Field(0.0, ge=0, le=10, description="Coefficient of the KL to the frozen base (adapter-off rows).")
+    entropy_coef: float = Field(0.0, ge=0, le=1.0, description="Entropy bonus coefficient.")
+    grad_clip: float = Field(1.0, gt=0, le=1000, description="Per-adapter gradient-norm clip.")
+    epochs: int = Field(1, ge=1, le=16, description="Optimizer passes over each step's samples.")
+    micro_batch_tokens: int = Field(8192, ge=256, le=1_000_000, description="Token budget of one forward/backward.")
+
+
+class LeagueConfig(Section):
+    mu: float = Field(25.0, ge=-1000, le=1000, description="TrueSkill initial mean.")
+    sigma: float = Field(25.0 / 3, gt=0, le=1000, description="TrueSkill initial standard deviation.")
+    beta: float = Field(25.0 / 6, gt=0, le=1000, description="TrueSkill performance noise beta.")
+    tau: float = Field(0.5, ge=0, le=100, description="TrueSkill dynamics tau; 0.3-1.0 keeps ratings tracking members that train.")
+    draw_probability: float = Field(0.0, ge=0, lt=1, description="TrueSkill draw probability.")
+    solve_threshold: float = Field(0.5, gt=0, le=1, description="The student wins a task when rho >= this.")
+    pfsp_weighting: Literal["variance", "hard"] = Field(
+        "variance", description="PFSP f: 'variance' x(1-x) prefers balanced pairs, 'hard' (1-x)^p prefers strong opponents."
+    )
+    pfsp_exponent: float = Field(2.0, gt=0, le=16, description="p of the 'hard' weighting.")
+    epsilon: float = Field(0.1, ge=0, le=1, description="Epsilon-uniform floor mixed into the PFSP distribution.")
+    winrate_decay: float = Field(0.95, gt=0, le=1, description="Decay of the empirical win-rate matrix per update.")
+
+
+class OperatorConfig(Section):
+    weight: float = Field(1.0, ge=0, le=1000, description="Relative probability of drawing this operator.")
+    strength: float = Field(0.1, ge=0, le=10, description="Operator strength (mutations) or blend weight (blend_svd).")
+
+
+def _default_operators() -> dict[str, OperatorConfig]:
+    return {
+        "perturb_singular_values": OperatorConfig(weight=1.0, strength=0.1),
+        "rotate_subspace": OperatorConfig(weight=1.0, strength=0.1),
+        "gaussian_noise": OperatorConfig(weight=0.5, strength=0.05),
+        "swap_slots": OperatorConfig(weight=1.0, strength=0.0),
+        "blend_svd": OperatorConfig(weight=1.0, strength=0.5),
+    }
+
+
+class EvolutionConfig(Section):
+    enabled: bool = Field(True, description="Replace the weakest members by evolved children.")
+    period: int = Field(10, ge=1, le=100_000, description="E: evolve every E steps (longer than the 10-20 step recovery).")
+    operators: dict[str, OperatorConfig] = Field(
+        default_factory=_default_operators,
+        description="Operator name -> weight and strength; operators not named keep their defaults (weight 0 disables).",
+    )
+    protection_steps: int = Field(10, ge=0, le=100_000, description="Steps a new child is protected from culling.")
+    tournament_size: int = Field(2, ge=1, le=64, description="Parents are the best of this many members drawn at random.")
+    max_relative_change: float = Field(0.5, gt=0, le=10, description="Reject a child whose Delta W moved more than this (relative).")
+    sigma_reset: float = Field(25.0 / 6, gt=0, le=1000, description="TrueSkill sigma a child starts with (its mu is the parent's).")
+
+    @field_validator("operators", mode="before")
+    @classmethod
+    def _merge_with_defaults(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        merged: dict[str, Any] = {name: op.model_dump() for name, op in _default_operators().items()}
+        for name, given in value.items():
+            given = given.model_dump() if isinstance(given, OperatorConfig) else given
+            merged[name] = {**merged[name], **given} if name in merged and isinstance(given, dict) else given
+        return merged
+
+    @model_validator(mode="after")
+    def _known_operators(self) -> "EvolutionConfig":
+        known = MUTATION_NAMES + CROSSOVER_NAMES
+        unknown = sorted(set(self.operators) - set(known))
+        if unknown:
+            raise ValueError(f"unknown evolution operators {unknown}; valid: {list(known)}")
+        if self.enabled and not any(op.weight > 0 for op in self.operators.values()):
+            raise ValueError("evolution is enabled but every operator weight is 0")
+        return self
+
+
+class InferenceConfig(Section):
+    backend: Literal["auto", "vllm", "hf"] = Field("auto", description="'auto' picks vLLM where it imports and runs, else transformers.")
+    max_tokens: int = Field(256, ge=1, le=65536, description="Most new tokens per generation.")
+    temperature: float = Field(1.0, ge=0, le=10, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    vllm_engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="Extra keyword arguments for vllm.LLM (e.g. gpu_memory_utilization, enforce_eager)."
+    )
+
+
+class VerifierConfig(Section):
+    actors: int = Field(2, ge=1, le=4096, description="Number of verifier actors.")
+    cpus_per_actor: float = Field(1.0, gt=0, le=256, description="CPUs each verifier actor reserves (its parallel executions).")
+    timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock limit of one execution.")
+    memory_mb: int = Field(512, ge=32, le=65536, description="Address-space limit of one execution.")
+    max_output_chars: int = Field(10_000, ge=16, le=10_000_000, description="Longest accepted output repr (longer is OUTPUT_TOO_LARGE).")
+    resource: str = Field(
+        "verifier", min_length=1, description="Custom Ray resource that marks CPU worker nodes for verifiers (fallback: head CPUs)."
+    )
+
+
+class ResourcesConfig(Section):
+    inference_gpus: int = Field(0, ge=0, le=1024, description="GPUs of the inference engine (0 = CPU).")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="vLLM tensor parallelism; inference_gpus / tp engine replicas.")
+    learner_gpus: int = Field(0, ge=0, le=1024, description="GPUs shared by the teacher and student learners (0 = CPU).")
+    learner_cpus: float = Field(1.0, gt=0, le=256, description="CPUs each learner actor reserves.")
+    inference_cpus: float = Field(1.0, gt=0, le=256, description="CPUs the inference actor reserves.")
+
+    @model_validator(mode="after")
+    def _tp_divides(self) -> "ResourcesConfig":
+        if self.inference_gpus and self.inference_gpus % self.tensor_parallel_size:
+            raise ValueError(
+                f"resources.inference_gpus={self.inference_gpus} is not a multiple of "
+                f"resources.tensor_parallel_size={self.tensor_parallel_size}"
+            )
+        return self
+
+
+class RunConfig(Section):
+    steps: int = Field(20, ge=1, le=10_000_000, description="Training steps.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of every random choice of the run.")
+    checkpoint_every: int = Field(5, ge=1, le=1_000_000, description="Write a checkpoint every N steps (and at the end).")
+    run_dir: Path | None = Field(None, description="Output directory; default runs/<timestamp>.")
+    name: str = Field("populora", min_length=1, max_length=128, description="Run name in logs and the dashboard.")
+
+
+class Config(Section):
+    """The whole run configuration (sections in the order of the design)."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The frozen base model.")
+    lora: LoRAConfig = Field(default_factory=LoRAConfig, description="Adapter shape.")
+    population: PopulationConfig = Field(default_factory=PopulationConfig, description="Teachers and students.")
+    tasks: TasksConfig = Field(default_factory=TasksConfig, description="Task families and sampling.")
+    rewards: RewardsConfig = Field(default_factory=RewardsConfig, description="Reward values.")
+    rl: RLConfig = Field(default_factory=RLConfig, description="Policy-gradient update.")
+    league: LeagueConfig = Field(default_factory=LeagueConfig, description="Ratings and matching.")
+    evolution: EvolutionConfig = Field(default_factory=EvolutionConfig, description="Weight-space evolution.")
+    inference: InferenceConfig = Field(default_factory=InferenceConfig, description="Generation.")
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Sandboxed execution pool.")
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="GPUs and CPUs per actor.")
+    run: RunConfig = Field(default_factory=RunConfig, description="Length, seed, checkpoints, outputs.")

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install PopuLoRA-on-Ray and its dependencies into the current Python environment
+# (use a virtual environment: python -m venv .venv && . .venv/bin/activate).
+#
+#   bash install.sh          # auto: GPU install where nvidia-smi sees a GPU, else CPU
+#   bash install.sh cpu      # torch's CPU build first, so nothing pulls CUDA wheels
+#   bash install.sh gpu      # CUDA torch and vLLM (the `vllm` extra)
+#
+# Order matters on CPU machines: an unpinned torch requirement with no torch installed resolves
+# the CUDA build plus gigabytes of nvidia wheels. We install the CPU build first and then pin it
+# with a constraints file while the project and its dependencies are installed.
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python}
+TORCH_CPU=${POPULORA_TORCH_CPU:-2.13.0}
+mode=${1:-auto}
+if [ "$mode" = auto ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then mode=gpu; else mode=cpu; fi
+fi
+pip_install() { "$PY" -m pip install --disable-pip-version-check "$@"; }
+
+case "$mode" in
+  cpu)
+    have=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
+    if [[ "$have" != *cpu* && "$have" != "$TORCH_CPU"* ]] || [ -z "$have" ]; then
+      echo "[install] torch CPU build $TORCH_CPU (found: ${have:-none})"
+      pip_install "torch==$TORCH_CPU" --index-url https://download.pytorch.org/whl/cpu 2>/dev/null \
+        || pip_install "torch==$TORCH_CPU"
+      have=$("$PY" -c 'import torch; print(torch.__version__)')
+    fi
+    echo "[install] keeping torch $have; installing the project with the dev extra"
+    constraints=$(mktemp)
+    echo "torch==${have%%+*}" > "$constraints"
+    pip_install -e ".[dev]" -c "$constraints"
+    rm -f "$constraints"
+    ;;
+  gpu)
+    echo "[install] GPU node: CUDA torch and vLLM (the vllm extra picks the torch it was built for)"
+    pip_install -e ".[vllm,dev]"
+    ;;
+  *)
+    echo "usage: bash install.sh [auto|cpu|gpu]" >&2; exit 2 ;;
+esac
+"$PY" - <<'PY'
+import torch
+print(f"[install] done: torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}")
+PY

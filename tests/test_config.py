@@ -1,0 +1,144 @@
+"""Configuration: presets validate, overrides apply with YAML types, bad keys and values are named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from configs import Config, ConfigError, PRESETS_DIR, dump_config, load_config
+from configs.loading import parse_override
+
+PRESETS = sorted(PRESETS_DIR.glob("*.yaml"))
+
+
+def test_every_preset_is_listed():
+    names = {p.name for p in PRESETS}
+    assert {"tiny.yaml", "tiny-single.yaml", "qwen2.5-7b-4t4s.yaml", "qwen2.5-7b-single.yaml"} <= names
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
+def test_presets_validate_and_round_trip(preset: Path, tmp_path: Path):
+    config = load_config(preset)
+    saved = tmp_path / "config.yaml"
+    saved.write_text(dump_config(config))
+    assert load_config(saved) == config
+
+
+def test_default_preset_is_the_tiny_population():
+    config = load_config()
+    assert config.model.path == "tiny"
+    assert (config.population.teachers, config.population.students) == (2, 2)
+    assert config.resources.inference_gpus == 0 and config.resources.learner_gpus == 0
+
+
+def test_paper_preset_is_four_by_four_on_eight_gpus(monkeypatch):
+    monkeypatch.setenv("POPULORA_MODEL", "/models/qwen")
+    config = load_config(PRESETS_DIR / "qwen2.5-7b-4t4s.yaml")
+    assert config.model.path == "/models/qwen"
+    assert (config.population.teachers, config.population.students) == (4, 4)
+    assert config.resources.inference_gpus + config.resources.learner_gpus == 8
+
+
+def test_unset_model_variable_stays_visible(monkeypatch):
+    monkeypatch.delenv("POPULORA_MODEL", raising=False)
+    assert load_config(PRESETS_DIR / "qwen2.5-7b-4t4s.yaml").model.path == "${POPULORA_MODEL}"
+
+
+def test_single_agent_baseline_is_compute_matched_per_adapter(monkeypatch):
+    monkeypatch.setenv("POPULORA_MODEL", "/m")
+    pop = load_config(PRESETS_DIR / "qwen2.5-7b-4t4s.yaml")
+    single = load_config(PRESETS_DIR / "qwen2.5-7b-single.yaml")
+    assert single.population.single_agent and single.population.adapters == 1
+    for key in ("tasks_per_teacher", "rollouts_k", "references_k", "code_f_inputs"):
+        assert getattr(single.tasks, key) == getattr(pop.tasks, key)
+    assert single.lora == pop.lora
+
+
+@pytest.mark.parametrize(
+    "text, path, value",
+    [
+        ("population.teachers=4", ["population", "teachers"], 4),
+        ("rl.learning_rate=1e-5", ["rl", "learning_rate"], 1e-5),
+        ("tasks.families=[code_o, code_f]", ["tasks", "families"], ["code_o", "code_f"]),
+        ("evolution.enabled=false", ["evolution", "enabled"], False),
+        ("model.path=/a/b=c", ["model", "path"], "/a/b=c"),
+    ],
+)
+def test_parse_override_types_values(text, path, value):
+    assert parse_override(text) == (path, value)
+
+
+def test_overrides_apply():
+    config = load_config(None, ["population.teachers=5", "tasks.families=[code_i]", "evolution.operators.blend_svd.weight=0"])
+    assert config.population.teachers == 5
+    assert config.tasks.families == ["code_i"]
+    assert config.evolution.operators["blend_svd"].weight == 0
+    assert config.evolution.operators["blend_svd"].strength == 0.5  # the default strength stays
+    assert config.evolution.operators["swap_slots"].weight == 1.0  # the other operators stay
+
+
+def test_all_operator_weights_zero_is_an_error():
+    names = ["perturb_singular_values", "rotate_subspace", "gaussian_noise", "swap_slots", "blend_svd"]
+    with pytest.raises(ConfigError, match="every operator weight is 0"):
+        load_config(None, [f"evolution.operators.{n}.weight=0" for n in names])
+
+
+@pytest.mark.parametrize(
+    "override, named, listed",
+    [
+        ("nonsense.knob=3", "nonsense", "population"),
+        ("lora.rnk=8", "lora.rnk", "rank"),
+        ("league.pfsp.x=1", "league.pfsp", "pfsp_weighting"),
+    ],
+)
+def test_unknown_keys_are_named_with_the_valid_ones(override, named, listed):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert f"'{named}'" in str(err.value) and listed in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("population.teachers=-2", "population.teachers"),
+        ("lora.rank=0", "lora.rank"),
+        ("league.draw_probability=1.5", "league.draw_probability"),
+        ("inference.backend=tpu", "inference.backend"),
+        ("tasks.families=[code_x]", "tasks.families"),
+        ("tasks.families=[code_o, code_o]", "tasks"),
+        ("evolution.operators={warp: {weight: 1}}", "evolution"),
+        ("resources={inference_gpus: 3, tensor_parallel_size: 2}", "resources"),
+        ("population.single_agent=true", "population"),
+    ],
+)
+def test_bad_values_name_the_key(override, named):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert named in str(err.value)
+
+
+def test_malformed_override_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="dotted.key=value"):
+        load_config(None, ["population.teachers"])
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(bad)
+
+
+def test_every_field_has_description_and_numeric_bounds():
+    def walk(model):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no description"
+            annotation = field.annotation
+            if isinstance(annotation, type) and issubclass(annotation, Config.__mro__[1]):
+                yield from walk(annotation)
+            elif annotation in (int, float):
+                bounds = {type(m).__name__ for m in field.metadata}
+                assert bounds & {"Ge", "Gt"} and bounds & {"Le", "Lt"}, f"{model.__name__}.{name} is unbounded"
+                yield name
+
+    assert len(list(walk(Config))) > 40
