@@ -1,0 +1,35 @@
+"""cluster.yaml is a valid Ray cluster-launcher file (Ray's own schema) with the promised node types."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from ray.autoscaler._private.util import prepare_config, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load() -> dict:
+    return yaml.safe_load((ROOT / "cluster.yaml").read_text())
+
+
+def test_cluster_yaml_passes_rays_schema():
+    config = prepare_config(load())  # fills Ray's provider defaults, as `ray up` does
+    validate_config(config)  # jsonschema against ray/autoscaler/ray-schema.json + Ray's own checks
+
+
+def test_head_has_eight_gpus_and_workers_carry_the_verifier_resource():
+    config = load()
+    types = config["available_node_types"]
+    head = types[config["head_node_type"]]
+    assert head["resources"]["GPU"] == 8
+    workers = [t for name, t in types.items() if name != config["head_node_type"]]
+    assert workers and all(t["resources"].get("verifier", 0) > 0 and not t["resources"].get("GPU") for t in workers)
+    assert any(t["max_workers"] > t.get("min_workers", 0) for t in workers)  # they autoscale
+
+
+def test_setup_commands_install_the_project():
+    config = load()
+    assert any("install.sh gpu" in c for c in config["head_setup_commands"])
+    assert any("install.sh cpu" in c for c in config["worker_setup_commands"])
