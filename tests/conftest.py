@@ -1,0 +1,110 @@
+"""Shared test fixtures: tiny random causal LMs and a locally trained tokenizer, built once per session.
+
+Nothing is downloaded. ``tiny_qwen2`` is a directory holding a random-init ``Qwen2ForCausalLM`` (config.json +
+model.safetensors) and a byte-level BPE tokenizer trained here on a few Python snippets, saved with
+``save_pretrained`` so ``AutoModelForCausalLM.from_pretrained``, ``AutoTokenizer.from_pretrained`` and vLLM load it.
+Head dim is 64, a size every attention backend (vLLM CPU included) supports.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Ray started by any test binds loopback only.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+PYTHON_SNIPPETS = [
+    "def f(a):\n    return a\n",
+    "def f(xs):\n    total = 0\n    for x in xs:\n        total += x * x\n    return total\n",
+    "def f(s):\n    return ''.join(reversed(s))\n",
+    "def f(n):\n    if n < 2:\n        return n\n    return f(n - 1) + f(n - 2)\n",
+    "def f(d, k):\n    return sorted(d.items(), key=lambda kv: kv[1])[:k]\n",
+    "def f(a, b):\n    out = []\n    for i, (x, y) in enumerate(zip(a, b)):\n        out.append((i, x + y))\n    return out\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n        self.items.append(x)\n",
+    "<think>The input is 'abc'.</think>\n<answer>\n```output\n'cba'\n```\n</answer>\n",
+    "```python\ndef f(x):\n    return [c for c in x if c.isalpha()]\n```\n```input\n'Hello world', 3\n```\n",
+]
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tokenizer(out_dir: Path, vocab_size: int = 512):
+    """Train a byte-level BPE on ``PYTHON_SNIPPETS`` and save it as a ``PreTrainedTokenizerFast``."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(PYTHON_SNIPPETS * 4, vocab_size=vocab_size, min_frequency=1, special_tokens=SPECIAL_TOKENS)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<pad>",
+        chat_template=CHAT_TEMPLATE,
+    )
+    tok.save_pretrained(out_dir)
+    return tok
+
+
+def build_tiny_causal_lm(
+    out_dir: Path,
+    arch: str = "qwen2",
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    tie_word_embeddings: bool = False,
+    seed: int = 0,
+) -> Path:
+    """Save a random-init tiny ``Qwen2ForCausalLM`` or ``LlamaForCausalLM`` plus tokenizer into ``out_dir``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer(out_dir)
+    common = dict(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=hidden_size // 64,
+        num_key_value_heads=max(1, hidden_size // 128),
+        max_position_embeddings=512,
+        initializer_range=0.08,
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    if arch == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**common))
+    elif arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    else:
+        raise ValueError(f"unknown tiny architecture {arch!r}; use 'qwen2' or 'llama'")
+    model.save_pretrained(out_dir)
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(tmp_path_factory) -> Path:
+    """Directory of a tiny random Qwen2ForCausalLM (hidden 128, 2 layers, head dim 64, untied) + tokenizer."""
+    return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny_qwen2"), arch="qwen2")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_tied(tmp_path_factory) -> Path:
+    """Like ``tiny_qwen2`` but with tied input/output embeddings (as small Qwen2.5 models have)."""
+    return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny_qwen2_tied"), arch="qwen2", tie_word_embeddings=True, seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    """Directory of a tiny random LlamaForCausalLM + tokenizer."""
+    return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny_llama"), arch="llama", seed=2)
