@@ -1,0 +1,92 @@
+"""One AdamW per adapter slot: its own learning rate, its own moments, its own gradient-norm clip.
+
+A step only touches the slots that were in the batch (an absent slot's moments must not keep moving it),
+and evolution can reset one slot's state when it replaces that slot's weights.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+
+from learners.multi_lora import MultiLoRAModel
+
+
+class AdapterOptimizers:
+    """``torch.optim.AdamW`` per slot of a :class:`MultiLoRAModel`, with per-slot gradient clipping.
+
+    Clipping (``torch.nn.utils.clip_grad_norm_``) scales slot a's gradient by min(1, c / ||g_a||_2), the
+    norm taken over that slot's tensors only, so one adapter's large gradient never shrinks another's.
+    """
+
+    def __init__(
+        self,
+        model: MultiLoRAModel,
+        lr: float,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        grad_clip: float | None = 1.0,
+    ) -> None:
+        if not lr > 0:
+            raise ValueError(f"learning rate must be > 0, got {lr}")
+        if grad_clip is not None and not grad_clip > 0:
+            raise ValueError(f"grad_clip must be > 0 or None, got {grad_clip}")
+        self.model = model
+        self.grad_clip = grad_clip
+        self._kwargs = dict(weight_decay=weight_decay, betas=betas, eps=eps)
+        self._lrs = [lr] * model.num_slots
+        self.optimizers = [self._new(slot) for slot in range(model.num_slots)]
+
+    def _new(self, slot: int) -> torch.optim.AdamW:
+        return torch.optim.AdamW(self.model.slot_parameters(slot), lr=self._lrs[slot], **self._kwargs)
+
+    def lr(self, slot: int) -> float:
+        return self._lrs[slot]
+
+    def set_lr(self, slot: int, lr: float) -> None:
+        """Change one slot's learning rate (its moments are kept)."""
+        if not lr > 0:
+            raise ValueError(f"learning rate must be > 0, got {lr}")
+        self._lrs[slot] = lr
+        for group in self.optimizers[slot].param_groups:
+            group["lr"] = lr
+
+    def reset(self, slot: int) -> None:
+        """Fresh AdamW state (step count and moments) for one slot, same learning rate; drops its gradients."""
+        for p in self.model.slot_parameters(slot):
+            p.grad = None
+        self.optimizers[slot] = self._new(slot)
+
+    def step(self, slots: Iterable[int]) -> dict[int, float]:
+        """Clip and step each slot in ``slots``, then clear their gradients. Returns each slot's pre-clip grad norm.
+
+        A slot whose gradient is not finite is not stepped (its gradient is dropped) and reports inf/nan.
+        """
+        norms: dict[int, float] = {}
+        for slot in sorted(set(slots)):
+            params = [p for p in self.model.slot_parameters(slot) if p.grad is not None]
+            if not params:
+                continue
+            if self.grad_clip is not None:
+                norm = float(torch.nn.utils.clip_grad_norm_(params, self.grad_clip))
+            else:
+                norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])))
+            norms[slot] = norm
+            if math.isfinite(norm):
+                self.optimizers[slot].step()
+            self.optimizers[slot].zero_grad(set_to_none=True)
+        return norms
+
+    def state_dict(self) -> dict:
+        return {"lrs": list(self._lrs), "optimizers": [opt.state_dict() for opt in self.optimizers]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["optimizers"]) != self.model.num_slots:
+            raise ValueError(f"optimizer state has {len(state['optimizers'])} slots, the model {self.model.num_slots}")
+        for slot, (lr, opt_state) in enumerate(zip(state["lrs"], state["optimizers"])):
+            self._lrs[slot] = lr
+            self.optimizers[slot] = self._new(slot)
+            self.optimizers[slot].load_state_dict(opt_state)

@@ -1,0 +1,203 @@
+"""Training samples -> token batches, padded or packed, split into micro-batches by a token budget.
+
+Padding wastes compute on pads when lengths differ; packing concatenates whole sequences into rows with
+``position_ids`` restarting at 0 at each sequence start. With ``attention_mask=None`` and no KV cache,
+transformers detects the restarts (``masking_utils.find_packed_sequence_indices``) and builds a
+block-diagonal causal mask, so packed sequences never attend to each other; the adapter index is then
+per token. ``bench/learner.py`` measures both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Literal, Sequence
+
+import torch
+
+from learners.multi_lora import NO_ADAPTER
+
+
+@dataclass
+class Sample:
+    """One generated sequence to train on: adapter slot, prompt + completion token ids, scalar reward.
+
+    ``group`` is the part of the advantage-normalisation key besides the slot, normally (role, family).
+    """
+
+    slot: int
+    prompt_ids: Sequence[int]
+    completion_ids: Sequence[int]
+    reward: float
+    group: Hashable = ""
+
+    def __post_init__(self) -> None:
+        if self.slot < 0:
+            raise ValueError(f"sample slot must be >= 0, got {self.slot}")
+        if len(self.prompt_ids) == 0:
+            raise ValueError("sample needs at least one prompt token (the first completion token is predicted from it)")
+        if len(self.completion_ids) == 0:
+            raise ValueError("sample has an empty completion: nothing to train on")
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+@dataclass
+class TokenBatch:
+    """Model inputs plus, for every position whose *next* token is a completion token, where its loss goes.
+
+    ``loss_mask[b, t]`` is True when position t predicts ``targets[b, t]``, a completion token of sample
+    ``token_sample[b, t]`` (an index into the sample list; -1 elsewhere). ``token_mask`` marks real
+    (non-pad) tokens; ``attention_mask`` is set for padded batches and None for packed ones.
+    """
+
+    input_ids: torch.Tensor
+    token_mask: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor | None
+    adapter_index: torch.Tensor
+    targets: torch.Tensor
+    loss_mask: torch.Tensor
+    token_sample: torch.Tensor
+    samples: list[int] = field(default_factory=list)
+
+    @property
+    def real_tokens(self) -> int:
+        """Tokens that are not padding."""
+        return int(self.token_mask.sum())
+
+    @property
+    def padded_tokens(self) -> int:
+        """Positions computed, pads included."""
+        return self.input_ids.numel()
+
+    def to(self, device: torch.device | str) -> "TokenBatch":
+        def move(t):
+            return None if t is None else t.to(device)
+
+        return TokenBatch(
+            move(self.input_ids), move(self.token_mask), move(self.position_ids), move(self.attention_mask), move(self.adapter_index),
+            move(self.targets), move(self.loss_mask), move(self.token_sample), list(self.samples),
+        )
+
+
+def _fill_sequence(batch: TokenBatch, row: int, offset: int, sample_id: int, sample: Sample) -> None:
+    ids = list(sample.prompt_ids) + list(sample.completion_ids)
+    n, p = len(ids), len(sample.prompt_ids)
+    batch.input_ids[row, offset : offset + n] = torch.tensor(ids)
+    batch.token_mask[row, offset : offset + n] = True
+    batch.position_ids[row, offset : offset + n] = torch.arange(n)
+    # Position t predicts ids[t + 1]; the loss covers the completion tokens ids[p:], predicted from p-1 .. n-2.
+    batch.targets[row, offset : offset + n - 1] = torch.tensor(ids[1:])
+    batch.loss_mask[row, offset + p - 1 : offset + n - 1] = True
+    batch.token_sample[row, offset + p - 1 : offset + n - 1] = sample_id
+    if batch.adapter_index.dim() == 2:
+        batch.adapter_index[row, offset : offset + n] = sample.slot
+
+
+def _empty(rows: int, length: int, pad_id: int, per_token: bool) -> TokenBatch:
+    return TokenBatch(
+        input_ids=torch.full((rows, length), pad_id, dtype=torch.long),
+        token_mask=torch.zeros((rows, length), dtype=torch.bool),
+        position_ids=torch.zeros((rows, length), dtype=torch.long),
+        attention_mask=None,
+        adapter_index=torch.full((rows, length) if per_token else (rows,), NO_ADAPTER, dtype=torch.long),
+        targets=torch.zeros((rows, length), dtype=torch.long),
+        loss_mask=torch.zeros((rows, length), dtype=torch.bool),
+        token_sample=torch.full((rows, length), -1, dtype=torch.long),
+    )
+
+
+def pad_batch(samples: Sequence[Sample], sample_ids: Sequence[int], pad_id: int) -> TokenBatch:
+    """One row per sample, right-padded to the longest; per-row adapter index; rows sorted by slot.
+
+    Sorting by slot makes each adapter's rows contiguous, so the grouped LoRA kernel uses views.
+    """
+    order = sorted(range(len(samples)), key=lambda i: samples[i].slot)
+    length = max(len(samples[i]) for i in order)
+    batch = _empty(len(order), length, pad_id, per_token=False)
+    for row, i in enumerate(order):
+        _fill_sequence(batch, row, 0, sample_ids[i], samples[i])
+        batch.adapter_index[row] = samples[i].slot
+    batch.attention_mask = batch.token_mask.long()
+    batch.samples = [sample_ids[i] for i in order]
+    return batch
+
+
+def pack_batch(samples: Sequence[Sample], sample_ids: Sequence[int], pad_id: int, row_length: int) -> TokenBatch:
+    """Whole sequences packed into rows of ``row_length`` tokens (first-fit decreasing); per-token adapter index.
+
+    Sequences are never split. Tails of rows are padding with position ids continuing past the last
+    sequence; no loss is taken there. A sample longer than ``row_length`` is an error.
+    """
+    too_long = [len(samples[i]) for i in range(len(samples)) if len(samples[i]) > row_length]
+    if too_long:
+        raise ValueError(f"{len(too_long)} sample(s) of up to {max(too_long)} tokens exceed the packed row length {row_length}")
+    order = sorted(range(len(samples)), key=lambda i: (-len(samples[i]), samples[i].slot))
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        for r, free in enumerate(room):
+            if len(samples[i]) <= free:
+                rows[r].append(i)
+                room[r] -= len(samples[i])
+                break
+        else:
+            rows.append([i])
+            room.append(row_length - len(samples[i]))
+    length = max(row_length - free for free in room)
+    batch = _empty(len(rows), length, pad_id, per_token=True)
+    for r, members in enumerate(rows):
+        members.sort(key=lambda i: samples[i].slot)  # adapters contiguous within a row
+        offset = 0
+        for i in members:
+            _fill_sequence(batch, r, offset, sample_ids[i], samples[i])
+            offset += len(samples[i])
+        # Continue positions through the tail so it forms one more (loss-free) "sequence", not many.
+        batch.position_ids[r, offset:] = torch.arange(length - offset)
+    batch.samples = [sample_ids[i] for members in rows for i in members]
+    return batch
+
+
+def micro_batches(
+    samples: Sequence[Sample],
+    pad_id: int,
+    max_tokens: int,
+    mode: Literal["pack", "pad"] = "pack",
+) -> list[TokenBatch]:
+    """Split ``samples`` into batches of at most ~``max_tokens`` computed positions each, padded or packed.
+
+    Padded micro-batches take samples sorted by length, so rows of similar length share a batch. Packed
+    micro-batches are one row each, ``max_tokens`` long (or the longest sample, if longer; or all the
+    tokens, if fewer).
+    """
+    if not samples:
+        raise ValueError("no samples to batch")
+    if mode not in ("pack", "pad"):
+        raise ValueError(f"unknown batching mode {mode!r}; use 'pack' or 'pad'")
+    longest = max(len(s) for s in samples)
+    if mode == "pack":
+        row_length = max(longest, min(max_tokens, sum(len(s) for s in samples)))
+        packed = pack_batch(samples, list(range(len(samples))), pad_id, row_length)
+        return [_select_rows(packed, [r]) for r in range(packed.input_ids.shape[0])]
+    order = sorted(range(len(samples)), key=lambda i: len(samples[i]))
+    out: list[TokenBatch] = []
+    chunk: list[int] = []
+    for i in order:
+        # Sorted ascending, so the newest sample is the longest of the chunk.
+        if chunk and (len(chunk) + 1) * len(samples[i]) > max_tokens:
+            out.append(pad_batch([samples[j] for j in chunk], chunk, pad_id))
+            chunk = []
+        chunk.append(i)
+    out.append(pad_batch([samples[j] for j in chunk], chunk, pad_id))
+    return out
+
+
+def _select_rows(batch: TokenBatch, rows: list[int]) -> TokenBatch:
+    sel = torch.tensor(rows)
+    keep = [s for r in rows for s in torch.unique(batch.token_sample[r]).tolist() if s >= 0]
+    return TokenBatch(
+        batch.input_ids[sel], batch.token_mask[sel], batch.position_ids[sel],
+        None if batch.attention_mask is None else batch.attention_mask[sel],
+        batch.adapter_index[sel], batch.targets[sel], batch.loss_mask[sel], batch.token_sample[sel], keep,
+    )

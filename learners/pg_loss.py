@@ -1,0 +1,172 @@
+"""Token-level policy-gradient loss with task-relative advantages, PPO clipping, KL to the base, entropy bonus.
+
+Advantages (AZR's Task-Relative REINFORCE++): every completion token carries its sequence's reward r
+(gamma = 1, terminal reward), then rewards are whitened within each (adapter, role, task family) group,
+token-weighted like verl's masked whitening:
+
+    mu_g = sum_i n_i r_i / sum_i n_i,   var_g = sum_i n_i (r_i - mu_g)^2 / sum_i n_i,
+    A_i = (r_i - mu_g) / sqrt(var_g + eps)                      (n_i = completion tokens of sequence i)
+
+Per token t of adapter a (PPO, Schulman et al. 2017; k3 KL estimator, Schulman 2020):
+
+    rho_t = exp(log pi(y_t) - log pi_old(y_t))
+    l_t   = -min(rho_t A, clip(rho_t, 1 - eps, 1 + eps) A)
+            + beta_kl * (exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1)
+            - beta_ent * H(pi(. | y_<t))
+    L     = sum_a (1 / N_a) sum_{t in a} l_t                     (token mean within each adapter)
+
+Summing per-adapter token means (instead of one mean over the whole batch) makes each adapter's gradient
+independent of what else shares its batch: a mixed batch trains every adapter exactly as its own pass.
+With one update per batch, pi_old = pi (detached), rho = 1 and the loss is plain REINFORCE with the
+whitened advantage. The reference pi_ref is the frozen base: the same model with the adapter off.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Hashable, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class PGConfig:
+    """Loss coefficients (DESIGN.md "RL update"; AZR paper branch: clip 0.2, entropy 0.001, no KL)."""
+
+    clip_epsilon: float = 0.2
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.clip_epsilon < 1:
+            raise ValueError(f"clip_epsilon must be in (0, 1), got {self.clip_epsilon}")
+        if self.kl_coef < 0 or self.entropy_coef < 0:
+            raise ValueError(f"kl_coef and entropy_coef must be >= 0, got {self.kl_coef}, {self.entropy_coef}")
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[target] = logit[target] - logsumexp(logits), in float32; logits [..., V], targets [...]."""
+    logits = logits.float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """H = logsumexp(z) - sum_v softmax(z)_v z_v, per position; logits [..., V]."""
+    logits = logits.float()
+    return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+
+
+def group_normalised_advantages(
+    rewards: Sequence[float] | torch.Tensor,
+    groups: Sequence[Hashable],
+    token_counts: Sequence[int] | torch.Tensor,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Token-weighted whitening of sequence rewards within each group (formula in the module docstring).
+
+    ``groups[i]`` is any hashable key, normally ``(adapter, role, family)``. A group whose rewards are all
+    equal (or that has one member) gets advantage exactly 0, whatever ``eps``. Returns one float32 advantage per sequence.
+    """
+    r = torch.as_tensor(rewards, dtype=torch.float64)
+    n = torch.as_tensor(token_counts, dtype=torch.float64)
+    if r.dim() != 1 or n.shape != r.shape or len(groups) != r.numel():
+        raise ValueError(
+            f"rewards ({tuple(r.shape)}), groups ({len(groups)}) and token_counts ({tuple(n.shape)}) must be 1-D and the same length"
+        )
+    if not torch.isfinite(r).all():
+        raise ValueError("rewards must be finite")
+    if (n <= 0).any():
+        raise ValueError("every sequence needs at least one completion token (token_counts > 0)")
+    members: dict[Hashable, list[int]] = defaultdict(list)
+    for i, g in enumerate(groups):
+        members[g].append(i)
+    adv = torch.zeros_like(r)
+    for idx in members.values():
+        rows = torch.tensor(idx)
+        rg, ng = r[rows], n[rows]
+        mean = (ng * rg).sum() / ng.sum()
+        var = (ng * (rg - mean) ** 2).sum() / ng.sum()
+        if var > 0:
+            adv[rows] = (rg - mean) / torch.sqrt(var + eps)
+    return adv.float()
+
+
+@dataclass
+class PGLossOutput:
+    """The scalar to backpropagate and, per adapter slot, detached sums for statistics."""
+
+    loss: torch.Tensor
+    stats: dict[int, dict[str, float]]
+
+
+def policy_gradient_loss(
+    logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    slots: torch.Tensor,
+    config: PGConfig,
+    old_logprobs: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    slot_token_totals: dict[int, float] | None = None,
+) -> PGLossOutput:
+    """The loss of the module docstring over N loss tokens (all tensors shape [N], one entry per token).
+
+    ``slots`` gives each token's adapter. ``slot_token_totals[a]`` is N_a, the token count that adapter a's
+    sum is divided by; pass the whole step's counts when a step is split into micro-batches (default: the
+    counts in this call). ``old_logprobs`` None means on-policy (rho = 1). ``ref_logprobs`` is required
+    when ``config.kl_coef`` > 0, ``entropy`` when ``config.entropy_coef`` > 0.
+
+    Stats per slot (token means over this call): ``loss``, ``pg_loss``, ``kl``, ``entropy``,
+    ``clip_fraction`` (tokens whose clipped branch was taken), ``ratio``, ``advantage``, ``tokens``.
+    """
+    n = logprobs.shape
+    if logprobs.dim() != 1 or advantages.shape != n or slots.shape != n:
+        raise ValueError(
+            f"logprobs {tuple(logprobs.shape)}, advantages {tuple(advantages.shape)} and slots {tuple(slots.shape)} must all be [N]"
+        )
+    for name, t in (("old_logprobs", old_logprobs), ("ref_logprobs", ref_logprobs), ("entropy", entropy)):
+        if t is not None and t.shape != n:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(n)}")
+    if config.kl_coef > 0 and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs ref_logprobs (log-probs of the adapter-off base)")
+    if config.entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs the per-token entropy")
+
+    old = logprobs.detach() if old_logprobs is None else old_logprobs.detach()
+    ratio = torch.exp(logprobs - old)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1 - config.clip_epsilon, 1 + config.clip_epsilon) * advantages
+    pg = -torch.minimum(unclipped, clipped)
+    per_token = pg
+    kl = None
+    if ref_logprobs is not None:
+        log_r = ref_logprobs.detach() - logprobs
+        kl = torch.exp(log_r) - log_r - 1
+        if config.kl_coef > 0:
+            per_token = per_token + config.kl_coef * kl
+    if entropy is not None and config.entropy_coef > 0:
+        per_token = per_token - config.entropy_coef * entropy
+    clip_taken = (clipped < unclipped).float()
+
+    loss = logprobs.new_zeros(())
+    stats: dict[int, dict[str, float]] = {}
+    for slot in torch.unique(slots).tolist():
+        mask = slots == slot
+        count = int(mask.sum())
+        total = float(slot_token_totals[slot]) if slot_token_totals is not None else float(count)
+        if total <= 0:
+            raise ValueError(f"slot_token_totals[{slot}] must be > 0")
+        slot_loss = per_token[mask].sum() / total
+        loss = loss + slot_loss
+        stats[slot] = {
+            "loss": float(slot_loss.detach()),
+            "pg_loss": float(pg[mask].detach().mean()),
+            "kl": float(kl[mask].detach().mean()) if kl is not None else 0.0,
+            "entropy": float(entropy[mask].detach().mean()) if entropy is not None else 0.0,
+            "clip_fraction": float(clip_taken[mask].mean()),
+            "ratio": float(ratio[mask].detach().mean()),
+            "advantage": float(advantages[mask].mean()),
+            "tokens": float(count),
+        }
+    return PGLossOutput(loss=loss, stats=stats)
