@@ -1,0 +1,203 @@
+"""The part every backend shares: the ``Engine`` protocol, request checks and the adapter registry.
+
+A backend subclasses :class:`EngineBase` and implements three hooks: ``_generate`` (run checked,
+tokenized prompts), ``_install`` (make an adapter version live) and ``_uninstall``. Everything a
+caller can get wrong is checked here, before any backend work starts, so one bad request fails
+the whole call with a message that names it and nothing is half-generated.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from actors.engines.adapter_store import AdapterSpec, AdapterStore, read_adapter_spec
+from actors.engines.requests import (
+    AdapterLoadError,
+    Generation,
+    GenerationRequest,
+    InvalidRequestError,
+    UnknownAdapterError,
+)
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """One inference engine serving the base model and every loaded adapter."""
+
+    backend: str
+    max_model_len: int
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Generation]]:
+        """For each request, its ``n`` generations, in request order; one batch across adapters."""
+        ...
+
+    def load_adapter(self, name: str, path: str | Path, version: int) -> None:
+        """Make version ``version`` of adapter ``name`` (a PEFT directory) live; replaces an older one."""
+        ...
+
+    def remove_adapter(self, name: str) -> None: ...
+
+    def adapters(self) -> dict[str, int]:
+        """Loaded adapter names and their live versions."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LoadedAdapter:
+    """One live adapter version: its stable integer id (vLLM's ``lora_int_id``) and its own directory."""
+
+    name: str
+    version: int
+    lora_id: int
+    path: Path
+    spec: AdapterSpec
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A checked request with its prompt token ids, generation budget and live adapter."""
+
+    request: GenerationRequest
+    prompt_ids: list[int]
+    max_tokens: int
+    adapter: LoadedAdapter | None
+
+
+def sample_seed(seed: int, sample: int) -> int:
+    """Seed of sample ``sample`` of a request seeded with ``seed``: ``seed + sample``, vLLM's convention.
+
+    Seeds of different requests should therefore be at least ``n`` apart to keep their samples independent.
+    """
+    return seed + sample
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    """``text`` up to (not including) the earliest stop string, and whether one occurred."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+class EngineBase:
+    """Request checks, tokenization, the adapter registry and call serialization."""
+
+    backend = "base"
+
+    def __init__(self, tokenizer: Any, max_model_len: int, max_adapters: int, max_lora_rank: int) -> None:
+        if max_adapters < 1:
+            raise ValueError(f"max_adapters must be >= 1, got {max_adapters}")
+        if max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {max_model_len}")
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.max_adapters = max_adapters
+        self.max_lora_rank = max_lora_rank
+        self.store = AdapterStore()
+        self._loaded: dict[str, LoadedAdapter] = {}
+        self._next_lora_id = 1
+        self._lock = threading.RLock()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Generation]]:
+        with self._lock:
+            prepared = [self._prepare(i, r) for i, r in enumerate(requests)]
+            if not prepared:
+                return []
+            return self._generate(prepared)
+
+    def load_adapter(self, name: str, path: str | Path, version: int) -> None:
+        if not isinstance(name, str) or not name or "/" in name:
+            raise AdapterLoadError(f"adapter name must be a non-empty string without '/', got {name!r}")
+        if not isinstance(version, int) or version < 0:
+            raise AdapterLoadError(f"adapter version must be a non-negative integer, got {version!r}")
+        source = Path(path)
+        spec = read_adapter_spec(source, self.max_lora_rank)
+        with self._lock:
+            previous = self._loaded.get(name)
+            if previous is None and len(self._loaded) >= self.max_adapters:
+                raise AdapterLoadError(
+                    f"cannot load adapter {name!r}: the engine already serves max_adapters={self.max_adapters} "
+                    f"adapters {sorted(self._loaded)}; remove one first"
+                )
+            lora_id = previous.lora_id if previous else self._next_lora_id
+            entry = LoadedAdapter(name, version, lora_id, self.store.publish(name, source, version), spec)
+            try:
+                self._install(entry, previous)
+            except Exception:
+                self.store.discard(entry.path)
+                raise
+            if previous is None:
+                self._next_lora_id += 1
+            else:
+                self.store.discard(previous.path)
+            self._loaded[name] = entry
+            log.debug("%s engine: adapter %s version %d live (id %d)", self.backend, name, version, lora_id)
+
+    def remove_adapter(self, name: str) -> None:
+        with self._lock:
+            entry = self._loaded.get(name)
+            if entry is None:
+                raise UnknownAdapterError(f"cannot remove adapter {name!r}: not loaded (loaded: {sorted(self._loaded)})")
+            self._uninstall(entry)
+            del self._loaded[name]
+            self.store.discard(entry.path)
+
+    def adapters(self) -> dict[str, int]:
+        with self._lock:
+            return {name: entry.version for name, entry in self._loaded.items()}
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "EngineBase":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- backend hooks ------------------------------------------------------------------------
+
+    def _generate(self, prepared: list[PreparedRequest]) -> list[list[Generation]]:
+        raise NotImplementedError
+
+    def _install(self, entry: LoadedAdapter, previous: LoadedAdapter | None) -> None:
+        raise NotImplementedError
+
+    def _uninstall(self, entry: LoadedAdapter) -> None:
+        raise NotImplementedError
+
+    # -- shared helpers -----------------------------------------------------------------------
+
+    def _prepare(self, index: int, request: GenerationRequest) -> PreparedRequest:
+        if not isinstance(request, GenerationRequest):
+            raise InvalidRequestError(f"request {index}: expected a GenerationRequest, got {type(request).__name__}")
+        try:
+            request.check()
+        except InvalidRequestError as err:
+            raise InvalidRequestError(f"request {index}: {err}") from None
+        adapter = None
+        if request.adapter is not None:
+            adapter = self._loaded.get(request.adapter)
+            if adapter is None:
+                raise UnknownAdapterError(
+                    f"request {index}: unknown adapter {request.adapter!r} (loaded: {sorted(self._loaded)}; "
+                    "use adapter=None for the base model)"
+                )
+        prompt_ids = self.tokenizer(request.prompt, add_special_tokens=False)["input_ids"]
+        if not prompt_ids:
+            raise InvalidRequestError(f"request {index}: the prompt tokenizes to no tokens")
+        room = self.max_model_len - len(prompt_ids)
+        if room < 1:
+            raise InvalidRequestError(
+                f"request {index}: prompt is {len(prompt_ids)} tokens; the engine's context is "
+                f"max_model_len={self.max_model_len} tokens, which leaves no room to generate"
+            )
+        return PreparedRequest(request, list(prompt_ids), min(request.max_tokens, room), adapter)

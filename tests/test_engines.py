@@ -1,0 +1,300 @@
+"""One test suite for every inference backend: transformers ('hf') always, vLLM wherever it imports.
+
+References are independent of the engines: greedy decoding with plain transformers (base) and
+transformers + PEFT (adapters), and the learners' multi-adapter forward pass for log-probabilities.
+Run the vLLM half with the vLLM venv (docs/inference.md):
+
+    OMP_NUM_THREADS=1 /opt/venv-vllm/bin/python -m pytest tests/test_engines.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from actors.engines import (
+    AdapterLoadError,
+    GenerationRequest,
+    InvalidRequestError,
+    UnknownAdapterError,
+    make_engine,
+    vllm_available,
+)
+
+MAX_LEN = 256
+MAX_TOKENS = 12
+PROMPTS = ["def f(a):\n", "class Stack:\n    def push(self, x):"]
+LONG_PROMPT = "def f(xs):\n    total = 0\n    for x in xs:\n        total += x * x\n    return total\n" * 6
+# Adapter name -> (seed, lora_alpha, use_rslora); a3 has another scaling, to check its conversion.
+ADAPTERS = {"a0": (0, 16, False), "a1": (1, 16, False), "a2": (2, 16, False), "a3": (3, 32, True)}
+LOGPROB_ATOL = {"hf": 2e-5, "vllm": 1e-4}  # measured in float32: ~2e-6 for both
+BACKENDS = ["hf", pytest.param("vllm", marks=pytest.mark.vllm)]
+
+
+def greedy(adapter: str | None, prompt: str, **kw) -> GenerationRequest:
+    return GenerationRequest(adapter, prompt, temperature=0.0, max_tokens=kw.pop("max_tokens", MAX_TOKENS), **kw)
+
+
+@pytest.fixture(scope="module")
+def adapter_dirs(tiny_qwen2: Path, tmp_path_factory) -> dict[str, Path]:
+    """PEFT LoRA directories (r=8, all projections, B ~ N(0, 0.05) so each adapter changes the output)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path_factory.mktemp("adapters")
+    dirs = {}
+    for name, (seed, alpha, rslora) in ADAPTERS.items():
+        torch.manual_seed(seed)
+        base = AutoModelForCausalLM.from_pretrained(tiny_qwen2, dtype=torch.float32)
+        config = LoraConfig(r=8, lora_alpha=alpha, use_rslora=rslora, target_modules=[
+            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+        model = get_peft_model(base, config)
+        with torch.no_grad():
+            for key, param in model.named_parameters():
+                if "lora_B" in key:
+                    param.normal_(0.0, 0.05)
+        model.save_pretrained(root / name)
+        dirs[name] = root / name
+    return dirs
+
+
+class Reference:
+    """Greedy decoding and log-probs with plain transformers / PEFT, one sequence at a time, no KV cache."""
+
+    def __init__(self, model_dir: Path, adapter_dirs: dict[str, Path]) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model_dir = model_dir
+        self.adapter_dirs = adapter_dirs
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.eos = self.tokenizer.eos_token_id
+        self._models: dict[str | None, torch.nn.Module] = {}
+        self._base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+    def model(self, adapter: str | None):
+        if adapter not in self._models:
+            from peft import PeftModel
+            from transformers import AutoModelForCausalLM
+
+            if adapter is None:
+                self._models[None] = self._base
+            else:
+                base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+                self._models[adapter] = PeftModel.from_pretrained(base, self.adapter_dirs[adapter]).eval()
+        return self._models[adapter]
+
+    @torch.no_grad()
+    def greedy(self, adapter: str | None, prompt: str, max_tokens: int = MAX_TOKENS) -> list[int]:
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        out: list[int] = []
+        for _ in range(max_tokens):
+            logits = self.model(adapter)(torch.tensor([ids + out])).logits[0, -1]
+            out.append(int(logits.argmax()))
+            if out[-1] == self.eos:
+                break
+        return out
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_qwen2, adapter_dirs) -> Reference:
+    return Reference(tiny_qwen2, adapter_dirs)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def engine(request, tiny_qwen2, adapter_dirs):
+    if request.param == "vllm":
+        ok, why = vllm_available()
+        if not ok:
+            pytest.skip(why)
+    eng = make_engine(request.param, tiny_qwen2, max_adapters=4, max_lora_rank=8, max_model_len=MAX_LEN)
+    for name in ("a0", "a1", "a2"):
+        eng.load_adapter(name, adapter_dirs[name], version=1)
+    yield eng
+    eng.close()
+
+
+def test_engine_reports_its_backend_and_adapters(engine):
+    assert engine.adapters() == {"a0": 1, "a1": 1, "a2": 1}
+    assert engine.max_model_len == MAX_LEN
+
+
+def test_mixed_batch_equals_single_adapter_runs_and_references(engine, reference):
+    """Each row of one mixed batch (3 adapters + base, 2 prompts) equals its own single-request run and the reference."""
+    requests = [greedy(a, p) for p in PROMPTS for a in ("a0", "a1", "a2", None)]
+    mixed = engine.generate(requests)
+    for request, (gen,) in zip(requests, mixed):
+        (alone,) = engine.generate([request])[0]
+        assert gen.token_ids == alone.token_ids, f"adapter {request.adapter}: mixed batch differs from a single run"
+        assert gen.token_ids == reference.greedy(request.adapter, request.prompt), f"adapter {request.adapter}"
+        assert gen.text == alone.text
+        assert gen.adapter == request.adapter
+        assert gen.adapter_version == (None if request.adapter is None else 1)
+        assert gen.finish_reason in ("stop", "length")
+        assert len(gen.logprobs) == len(gen.token_ids) and all(lp <= 0 for lp in gen.logprobs)
+        assert gen.prompt_token_ids == reference.tokenizer(request.prompt, add_special_tokens=False)["input_ids"]
+    outputs_of_first_prompt = {tuple(g[0].token_ids) for g in mixed[:4]}
+    assert len(outputs_of_first_prompt) == 4, "adapters and base should produce four different outputs"
+
+
+def test_hot_swap_changes_only_that_adapter(engine, reference, adapter_dirs):
+    others = [greedy("a1", PROMPTS[0]), greedy(None, PROMPTS[0])]
+    before = [g[0].token_ids for g in engine.generate(others)]
+    engine.load_adapter("hot", adapter_dirs["a0"], version=1)
+    try:
+        (gen,) = engine.generate([greedy("hot", PROMPTS[0])])[0]
+        assert gen.token_ids == reference.greedy("a0", PROMPTS[0]) and gen.adapter_version == 1
+        # A prompt longer than a KV block: a prefix cached under version 1 must not serve version 2.
+        (long_v1,) = engine.generate([greedy("hot", LONG_PROMPT)])[0]
+        engine.load_adapter("hot", adapter_dirs["a3"], version=2)  # in place, new weights (other alpha, rsLoRA)
+        assert engine.adapters()["hot"] == 2
+        swapped, *rest = engine.generate([greedy("hot", PROMPTS[0])] + others)
+        assert swapped[0].token_ids == reference.greedy("a3", PROMPTS[0])
+        assert swapped[0].token_ids != gen.token_ids
+        assert swapped[0].adapter_version == 2
+        (long_v2,) = engine.generate([greedy("hot", LONG_PROMPT)])[0]
+        assert long_v2.token_ids == reference.greedy("a3", LONG_PROMPT) != long_v1.token_ids
+        assert [g[0].token_ids for g in rest] == before, "a hot swap must leave other adapters and the base alone"
+        # Every slot busy plus a base row: the base row must still be the base model (vLLM CPU bug A).
+        full = engine.generate([greedy(a, PROMPTS[1]) for a in ("a0", "a1", "a2", "hot", None)])
+        assert full[4][0].token_ids == reference.greedy(None, PROMPTS[1])
+        assert full[3][0].token_ids == reference.greedy("a3", PROMPTS[1])
+        hot_versions = [p for p in engine.store.live_versions() if p.parent.name == "hot"]
+        assert len(hot_versions) == 1 and hot_versions[0].name.startswith("v2-"), "the old version must be cleaned up"
+    finally:
+        engine.remove_adapter("hot")
+    assert "hot" not in engine.adapters()
+    assert not (engine.store.root / "hot").exists() or not any((engine.store.root / "hot").iterdir())
+    with pytest.raises(UnknownAdapterError, match="hot"):
+        engine.generate([greedy("hot", PROMPTS[0])])
+
+
+def test_logprobs_agree_with_the_learner_forward_pass(engine, tiny_qwen2, adapter_dirs):
+    """Sampled tokens (temperature 0.8, top_p 0.9) scored by the learners' multi-adapter forward: log pi at T=1."""
+    from transformers import AutoModelForCausalLM
+
+    from learners.multi_lora import NO_ADAPTER, LoRASpec, MultiLoRAModel
+    from learners.peft_io import load_adapter
+
+    requests = [GenerationRequest(a, PROMPTS[1], temperature=0.8, top_p=0.9, max_tokens=MAX_TOKENS, n=2, seed=7)
+                for a in ("a0", "a2", None)]
+    gens = [g for gs in engine.generate(requests) for g in gs]
+    learner = MultiLoRAModel(AutoModelForCausalLM.from_pretrained(tiny_qwen2, dtype=torch.float32),
+                             LoRASpec(rank=8, alpha=16, num_slots=2))
+    load_adapter(learner, 0, adapter_dirs["a0"])
+    load_adapter(learner, 1, adapter_dirs["a2"])
+    slots = {"a0": 0, "a2": 1, None: NO_ADAPTER}
+    width = max(len(g.prompt_token_ids) + len(g.token_ids) for g in gens)
+    ids = torch.zeros((len(gens), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, g in enumerate(gens):
+        seq = g.prompt_token_ids + g.token_ids
+        ids[i, : len(seq)] = torch.tensor(seq)
+        mask[i, : len(seq)] = 1
+    with torch.no_grad():
+        logits = learner(ids, attention_mask=mask, adapter_index=[slots[g.adapter] for g in gens]).logits
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    worst = 0.0
+    for i, g in enumerate(gens):
+        start = len(g.prompt_token_ids)
+        positions = torch.arange(start - 1, start - 1 + len(g.token_ids))
+        learner_lp = logp[i, positions, torch.tensor(g.token_ids)]
+        worst = max(worst, float((learner_lp - torch.tensor(g.logprobs)).abs().max()))
+    assert worst <= LOGPROB_ATOL[engine.backend], f"max |engine - learner| log-prob = {worst:.2e}"
+
+
+def test_seeded_sampling_is_reproducible_and_samples_differ(engine):
+    request = GenerationRequest("a1", PROMPTS[0], temperature=1.0, max_tokens=MAX_TOKENS, n=3, seed=123)
+    alone = engine.generate([request])[0]
+    in_batch = engine.generate([greedy("a0", PROMPTS[1]), request, greedy(None, PROMPTS[0])])[1]
+    assert [g.token_ids for g in alone] == [g.token_ids for g in in_batch]
+    assert len({tuple(g.token_ids) for g in alone}) == 3, "n samples must be independent draws"
+    unseeded = engine.generate([GenerationRequest("a1", PROMPTS[0], max_tokens=MAX_TOKENS, n=2)])[0]
+    assert len(unseeded) == 2
+
+
+def test_tiny_top_p_keeps_only_the_top_token(engine):
+    """With top_p -> 0 the nucleus is the most probable token alone, so sampling equals greedy decoding."""
+    nucleus = GenerationRequest("a2", PROMPTS[0], temperature=1.0, top_p=1e-6, max_tokens=MAX_TOKENS, seed=1)
+    assert engine.generate([nucleus])[0][0].token_ids == engine.generate([greedy("a2", PROMPTS[0])])[0][0].token_ids
+
+
+def test_stop_string_ends_generation_and_is_cut_from_the_text(engine):
+    (full,) = engine.generate([greedy("a0", PROMPTS[0], max_tokens=24)])[0]
+    text = full.text
+    # A stop string from the middle of the greedy text that does not occur earlier in it.
+    stop = next(text[i : i + 2] for i in range(4, len(text) - 2)
+                if text[i : i + 2].isprintable() and "\ufffd" not in text[i : i + 2] and text.find(text[i : i + 2]) == i)
+    (cut,) = engine.generate([greedy("a0", PROMPTS[0], max_tokens=24, stop=[stop, "never-there"])])[0]
+    assert cut.finish_reason == "stop"
+    assert cut.text == text[: text.index(stop)]
+    assert cut.token_ids == full.token_ids[: len(cut.token_ids)] and len(cut.token_ids) < len(full.token_ids)
+    assert len(cut.logprobs) == len(cut.token_ids)
+
+
+def test_max_tokens_is_capped_by_the_context(engine):
+    ids = engine.tokenizer("def f(a):\n" * 200, add_special_tokens=False)["input_ids"]
+    prompt = engine.tokenizer.decode(ids[: MAX_LEN - 3])
+    room = MAX_LEN - len(engine.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    assert 0 < room < MAX_TOKENS
+    (gen,) = engine.generate([greedy("a1", prompt, max_tokens=50)])[0]
+    assert len(gen.token_ids) <= room and gen.finish_reason in ("length", "stop")
+
+
+@pytest.mark.parametrize(
+    "request_, error, words",
+    [
+        (GenerationRequest("nope", "def f(a):"), UnknownAdapterError, "unknown adapter 'nope'"),
+        (GenerationRequest(None, ""), InvalidRequestError, "prompt must be a non-empty string"),
+        (GenerationRequest(None, "def f(a):\n" * 400), InvalidRequestError, "max_model_len=256"),
+        (GenerationRequest("a0", "x", temperature=-1.0), InvalidRequestError, "temperature"),
+        (GenerationRequest("a0", "x", top_p=0.0), InvalidRequestError, "top_p"),
+        (GenerationRequest("a0", "x", n=0), InvalidRequestError, "n must be"),
+        (GenerationRequest("a0", "x", max_tokens=0), InvalidRequestError, "max_tokens"),
+        (GenerationRequest("a0", "x", stop="\n"), InvalidRequestError, "stop must be a list"),
+    ],
+)
+def test_bad_requests_get_clear_errors_and_leave_the_engine_working(engine, request_, error, words):
+    good = greedy("a0", PROMPTS[0], max_tokens=2)
+    with pytest.raises(error, match="request 1: .*" + words.replace("(", r"\(").replace("[", r"\[")):
+        engine.generate([good, request_])
+    assert len(engine.generate([good])[0][0].token_ids) == 2
+
+
+def test_bad_adapters_get_clear_errors(engine, adapter_dirs, tmp_path):
+    with pytest.raises(AdapterLoadError, match="not a directory"):
+        engine.load_adapter("x", tmp_path / "missing", 1)
+    big = tmp_path / "rank16"
+    shutil.copytree(adapter_dirs["a0"], big)
+    config = json.loads((big / "adapter_config.json").read_text())
+    (big / "adapter_config.json").write_text(json.dumps({**config, "r": 16}))
+    with pytest.raises(AdapterLoadError, match="rank 16 exceeds the engine's max_lora_rank 8"):
+        engine.load_adapter("x", big, 1)
+    with pytest.raises(AdapterLoadError, match="version"):
+        engine.load_adapter("x", adapter_dirs["a0"], -1)
+    with pytest.raises(UnknownAdapterError, match="not loaded"):
+        engine.remove_adapter("x")
+    engine.load_adapter("x", adapter_dirs["a3"], 1)
+    try:
+        with pytest.raises(AdapterLoadError, match="max_adapters=4"):
+            engine.load_adapter("y", adapter_dirs["a3"], 1)
+    finally:
+        engine.remove_adapter("x")
+    assert engine.adapters() == {"a0": 1, "a1": 1, "a2": 1}
+
+
+def test_auto_picks_vllm_where_it_imports_and_says_why(tiny_qwen2, caplog):
+    ok, _ = vllm_available()
+    if ok:
+        pytest.skip("vLLM is importable here: 'auto' would start a second vLLM engine (covered by the vllm engine tests)")
+    with caplog.at_level("INFO", logger="actors.engines.factory"):
+        engine = make_engine("auto", tiny_qwen2, max_adapters=1, max_lora_rank=8)
+    assert engine.backend == "hf"
+    assert any("inference backend: transformers" in r.getMessage() and "vllm" in r.getMessage() for r in caplog.records)
+    with pytest.raises(RuntimeError, match="'vllm' requested"):
+        make_engine("vllm", tiny_qwen2, max_adapters=1, max_lora_rank=8)
+    with pytest.raises(ValueError, match="unknown inference backend"):
+        make_engine("tgi", tiny_qwen2, max_adapters=1, max_lora_rank=8)  # type: ignore[arg-type]
