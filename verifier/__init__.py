@@ -4,13 +4,17 @@ Pure Python (no Ray). ``from verifier import Verifier, Status`` is the execution
 """
 
 from verifier.prompts import Answer, Proposal, parse_answer, parse_proposal, student_prompt, teacher_prompt
+from verifier.sandbox import ExecResult, Status, Verifier
 from verifier.tasks import FAMILIES, Task, identity_task
 
 __all__ = [
     "FAMILIES",
     "Answer",
+    "ExecResult",
     "Proposal",
+    "Status",
     "Task",
+    "Verifier",
     "identity_task",
     "parse_answer",
     "parse_proposal",

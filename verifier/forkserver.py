@@ -1,0 +1,423 @@
+"""The fork server: a warm interpreter that forks one confined child per execution.
+
+``verifier.sandbox.Verifier`` starts it as ``python -S -s -B -c BOOTSTRAP <root> confine ...`` with an
+environment holding only ``PYTHONHASHSEED=0``, so every execution, on every machine, hashes strings
+the same way. Two stages:
+
+1. ``confine``: cut the network (``unshare(CLONE_NEWNET)``, a new empty network namespace) and set
+   ``PR_SET_NO_NEW_PRIVS`` through ctypes, then ``execv`` a fresh interpreter for stage 2, so the
+   server itself never holds ctypes.
+2. ``serve``: import every allowed module once, then loop: read requests (JSON lines on stdin),
+   fork a child per request, enforce the wall-clock deadline with ``killpg(SIGKILL)``, reap the
+   child through a pidfd, write one JSON result line per request on stdout. It exits on EOF.
+
+A child (``_child``) confines itself before it touches the program: new session and process
+group, stdin/stdout/stderr on /dev/null and every other descriptor closed except its result pipe,
+an empty environment, rlimits (CPU seconds, address space, file size 0, no new processes, few
+descriptors, no core), a fresh empty directory as chroot (as root) or working directory, and
+privileges dropped to an unprivileged uid of its own (as root). Then it runs the program with the
+Python-level guards of ``verifier.guard`` and writes ``{"status", "output", "error"}`` to the pipe.
+"""
+
+from __future__ import annotations
+
+import binascii
+import gc
+import json
+import marshal
+import math
+import os
+import random
+import resource
+import selectors
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import deque
+
+from verifier import guard
+
+# Bootstrap run by ``python -S -c``: import this module without running ``verifier/__init__``.
+# ``-E``/``-I`` would also ignore PYTHONHASHSEED, so the host passes an environment holding nothing else.
+INTERPRETER_FLAGS = ("-S", "-s", "-B")
+BOOTSTRAP = (
+    "import sys, types\n"
+    "sys.path[:] = [p for p in sys.path if p]\n"
+    "pkg = types.ModuleType('verifier'); pkg.__path__ = [sys.argv[1] + '/verifier']\n"
+    "sys.modules['verifier'] = pkg\n"
+    "import verifier.forkserver as server\n"
+    "server.main(sys.argv[1:])\n"
+)
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+PR_SET_NO_NEW_PRIVS = 38
+NOBODY = 65534
+RESULT_FD = 3
+CHILD_FDS = 8
+BAD_EXIT = 70
+PREPARED: tuple[dict, list[str]] = ({}, [])  # guarded builtins and the violations list, set by the server
+
+
+def _confine_and_exec(root: str, uid_base: int, workers: int) -> None:
+    """Stage 1: new network namespace and no_new_privs, then exec the serving interpreter."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    netns = libc.unshare(CLONE_NEWNET) == 0
+    if not netns and os.getuid() != 0:
+        netns = _unprivileged_netns(libc)
+    nnp = libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+    argv = [sys.executable, *INTERPRETER_FLAGS, "-c", BOOTSTRAP, root, "serve", str(uid_base), str(workers), str(int(netns)), str(int(nnp))]
+    os.execv(sys.executable, argv)
+
+
+def _unprivileged_netns(libc) -> bool:
+    """Without root: a new user namespace (mapping only our own uid/gid) that owns a new network
+    namespace. The capabilities it grants are dropped again by the ``execv`` into stage 2."""
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+        return False
+    try:
+        for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"), ("/proc/self/gid_map", f"{gid} {gid} 1")):
+            with open(path, "w") as fh:
+                fh.write(text)
+    except OSError:
+        pass  # the namespaces exist either way; without a map our uid reads as the overflow uid
+    return True
+
+
+def _import_allowed_modules() -> None:
+    for name in sorted(guard.ALLOWED_MODULES):
+        __import__(name)
+
+
+def _address_space_in_use() -> int:
+    """Current virtual memory size of this process in bytes (from /proc/self/statm)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _set_limit(which: int, value: int) -> None:
+    resource.setrlimit(which, (value, value))
+
+
+def _confine_child(workdir: str, uid: int, cpu_s: int, address_space: int) -> dict:
+    """Everything the child does to itself before running untrusted code; returns what succeeded."""
+    report = {"chroot": False, "uid": os.getuid()}
+    os.setsid()
+    devnull = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(RESULT_FD + 1, 1 << 20)
+    os.environ.clear()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past RLIMIT_FSIZE fails with EFBIG instead
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    _set_limit(resource.RLIMIT_AS, address_space)
+    _set_limit(resource.RLIMIT_FSIZE, 0)
+    _set_limit(resource.RLIMIT_NPROC, 0)
+    _set_limit(resource.RLIMIT_CORE, 0)
+    _set_limit(resource.RLIMIT_NOFILE, CHILD_FDS)
+    _set_limit(resource.RLIMIT_MEMLOCK, 0)
+    _set_limit(resource.RLIMIT_MSGQUEUE, 0)
+    if os.getuid() == 0:
+        os.chroot(workdir)
+        os.chdir("/")
+        report["chroot"] = True
+        os.setgroups([])
+        for candidate in (uid, NOBODY):
+            try:
+                os.setresgid(candidate, candidate, candidate)
+                os.setresuid(candidate, candidate, candidate)
+                break
+            except OSError:
+                continue
+        report["uid"] = os.getuid()
+        if os.getuid() == 0:
+            raise PermissionError("could not drop root privileges")
+    else:
+        os.chdir(workdir)
+    return report
+
+
+class _Pad:
+    """An instance the size of a small user object, for ``_perturb_allocator``."""
+
+
+def _perturb_allocator() -> None:
+    """Shift the heap by a random amount, so that a program whose value depends on object addresses
+    (``hash(object())``, iterating a set of instances) gives different results in its two runs:
+    forked children otherwise share the server's heap layout. (``random`` reseeds itself after a fork.)"""
+    _perturb_allocator.pad = [object() for _ in range(random.randrange(32))] + [_Pad() for _ in range(random.randrange(32))]
+
+
+def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bool) -> tuple[str, str | None, str]:
+    """Load the compiled program and the literal arguments (prepared by ``verifier.preflight``), run
+    ``f(*args, **kwargs)``; returns (status, output repr or None, error)."""
+    try:
+        code = marshal.loads(binascii.a2b_base64(code_b64))
+        positional, keywords = marshal.loads(binascii.a2b_base64(args_b64))
+        if type(code) is not type(_run_program.__code__) or not isinstance(positional, list) or not isinstance(keywords, dict):
+            raise TypeError("unexpected payload types")
+    except Exception as exc:
+        return "crashed", None, f"undecodable request: {type(exc).__name__}"
+    module = type(sys)("__main__")
+    table, violations = PREPARED
+    if guards:
+        module.__dict__["__builtins__"] = table
+    sys.modules["__main__"] = module
+    _perturb_allocator()
+    if guards:
+        guard.install_audit_hook(violations)
+    try:
+        exec(code, module.__dict__)
+        entry = module.__dict__.get("f")
+        if not callable(entry):
+            return "no_entry_function", None, "the program defines no callable f"
+        value = entry(*positional, **keywords)
+        output = repr(value)
+    except MemoryError:
+        return "memory_limit", None, "MemoryError: the program ran out of its memory limit"
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt and the like are program errors too
+        if violations:
+            return "forbidden", None, violations[0]
+        return "runtime_error", None, f"{type(exc).__name__}: {exc}"[:300]
+    if violations:
+        return "forbidden", None, violations[0]
+    if not isinstance(output, str):
+        return "bad_output", None, "repr() did not return a string"
+    if len(output) > max_output_chars:
+        return "output_too_large", None, f"output repr has {len(output)} characters, the bound is {max_output_chars}"
+    return "ok", output, ""
+
+
+def _child(request: dict, result_fd: int, workdir: str, uid: int, address_space: int) -> None:
+    """Body of a forked child; never returns."""
+    try:
+        os.dup2(result_fd, RESULT_FD)
+        cpu_s = int(math.ceil(request["timeout_s"])) + 1
+        report = _confine_child(workdir, uid, cpu_s, address_space)
+        if request.get("probe"):
+            message = {"status": "ok", "output": None, "error": "", "probe": report}
+        else:
+            status, output, error = _run_program(
+                request["code"], request["args"], request["max_output_chars"], request["guards"]
+            )
+            message = {"status": status, "output": output, "error": error}
+        data = json.dumps(message).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(RESULT_FD, view) :]
+        os._exit(0)
+    except BaseException:
+        os._exit(BAD_EXIT)
+
+
+class _Running:
+    """A child in flight: its pid, pidfd, result pipe, deadline and slot."""
+
+    __slots__ = ("request", "pid", "pidfd", "read_fd", "workdir", "slot", "started", "deadline", "chunks", "size", "killed")
+
+    def __init__(self, request, pid, pidfd, read_fd, workdir, slot, started, deadline):
+        self.request, self.pid, self.pidfd, self.read_fd = request, pid, pidfd, read_fd
+        self.workdir, self.slot, self.started, self.deadline = workdir, slot, started, deadline
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.killed = False
+
+
+class Server:
+    """The serving loop (stage 2)."""
+
+    def __init__(self, uid_base: int, workers: int, netns: bool, no_new_privs: bool):
+        self.uid_base, self.netns, self.no_new_privs = uid_base, netns, no_new_privs
+        self.root = os.getuid() == 0
+        # tmpfs when there is one: a directory per execution costs microseconds there, milliseconds on disk
+        scratch = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        self.base = tempfile.mkdtemp(prefix="verifier-", dir=scratch)
+        os.chmod(self.base, 0o711)
+        self.selector = selectors.DefaultSelector()
+        self.pending: deque[dict] = deque()
+        self.running: dict[int, _Running] = {}  # by pidfd
+        self.free_slots = list(range(max(1, workers) - 1, -1, -1))
+        self.counter = 0
+        self.inbuf = b""
+        self.closing = False
+        _import_allowed_modules()
+        global PREPARED
+        PREPARED = guard.prepare()
+        self.baseline_as = _address_space_in_use()
+
+    def send(self, message: dict) -> None:
+        sys.stdout.buffer.write(json.dumps(message).encode() + b"\n")
+        sys.stdout.buffer.flush()
+
+    # --- children -----------------------------------------------------------------------------
+    def spawn(self, request: dict) -> None:
+        slot = self.free_slots.pop()
+        self.counter += 1
+        workdir = os.path.join(self.base, str(self.counter))
+        os.mkdir(workdir, 0o555)
+        read_fd, write_fd = os.pipe()
+        address_space = self.baseline_as + int(request["memory_mb"]) * 1024 * 1024
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            _child(request, write_fd, workdir, self.uid_base + slot, address_space)
+        os.close(write_fd)
+        pidfd = os.pidfd_open(pid)
+        os.set_blocking(read_fd, False)
+        run = _Running(request, pid, pidfd, read_fd, workdir, slot, started, started + float(request["timeout_s"]))
+        self.running[pidfd] = run
+        self.selector.register(pidfd, selectors.EVENT_READ, ("exit", run))
+        self.selector.register(read_fd, selectors.EVENT_READ, ("pipe", run))
+
+    def drain(self, run: _Running) -> bool:
+        """Read what the child wrote (up to a bound); False at end of file."""
+        limit = 12 * int(run.request["max_output_chars"]) + 4096
+        while True:
+            try:
+                chunk = os.read(run.read_fd, 65536)
+            except BlockingIOError:
+                return True
+            if not chunk:
+                return False
+            if run.size < limit:
+                run.chunks.append(chunk)
+                run.size += len(chunk)
+
+    @staticmethod
+    def kill(run: _Running) -> None:
+        """SIGKILL the child's process group (and the child, in case it died before ``setsid``)."""
+        for target, pid in ((os.killpg, run.pid), (os.kill, run.pid)):
+            try:
+                target(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def finish(self, run: _Running) -> None:
+        self.kill(run)  # a zombie leader keeps its process-group id reserved, so this hits nothing else
+        _, wait_status = os.waitpid(run.pid, 0)
+        if run.read_fd in self.selector.get_map():
+            self.selector.unregister(run.read_fd)
+        self.drain(run)
+        self.selector.unregister(run.pidfd)
+        os.close(run.read_fd)
+        os.close(run.pidfd)
+        del self.running[run.pidfd]
+        self.free_slots.append(run.slot)
+        try:
+            os.rmdir(run.workdir)
+        except OSError:
+            shutil.rmtree(run.workdir, ignore_errors=True)
+        result = self.verdict(run, wait_status)
+        result["id"] = run.request.get("id")
+        result["wall_s"] = round(time.monotonic() - run.started, 6)
+        self.send(result)
+
+    @staticmethod
+    def verdict(run: _Running, wait_status: int) -> dict:
+        """The result of a reaped child; a result it wrote counts only after a clean exit."""
+        if run.killed:
+            return {"status": "timeout", "output": None, "error": f"wall-clock limit of {float(run.request['timeout_s']):g} s exceeded"}
+        if os.WIFSIGNALED(wait_status):
+            sig = os.WTERMSIG(wait_status)
+            name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+            if sig in (signal.SIGXCPU, signal.SIGKILL):
+                return {"status": "timeout", "output": None, "error": f"CPU time limit exceeded ({name})"}
+            return {"status": "crashed", "output": None, "error": f"killed by {name}"}
+        code = os.WEXITSTATUS(wait_status)
+        if code != 0:
+            return {"status": "crashed", "output": None, "error": f"exited with code {code} and no result"}
+        try:
+            message = json.loads(b"".join(run.chunks))
+            status, output, error = message["status"], message["output"], message["error"]
+            if not isinstance(status, str) or not (output is None or isinstance(output, str)) or not isinstance(error, str):
+                raise ValueError("bad field types")
+        except Exception:
+            return {"status": "crashed", "output": None, "error": "the execution exited without a valid result"}
+        result = {"status": status, "output": output, "error": error}
+        if "probe" in message:
+            result["probe"] = message["probe"]
+        return result
+
+    # --- requests -----------------------------------------------------------------------------
+    def read_requests(self) -> None:
+        try:
+            chunk = os.read(0, 1 << 20)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self.closing = True
+            self.selector.unregister(0)
+            return
+        *lines, self.inbuf = (self.inbuf + chunk).split(b"\n")
+        for line in lines:
+            if line.strip():
+                self.accept(line)
+
+    def accept(self, line: bytes) -> None:
+        request: dict = {}
+        try:
+            request = json.loads(line)
+            for key in ("timeout_s", "memory_mb", "max_output_chars"):
+                float(request[key])
+            if not request.get("probe") and not (isinstance(request["code"], str) and isinstance(request["args"], str)):
+                raise ValueError("code and args must be strings")
+        except Exception as exc:
+            rid = request.get("id") if isinstance(request, dict) else None
+            self.send({"id": rid, "status": "crashed", "output": None, "error": f"malformed request: {exc}"})
+            return
+        self.pending.append(request)
+
+    def serve(self) -> None:
+        os.set_blocking(0, False)
+        self.selector.register(0, selectors.EVENT_READ, ("stdin", None))
+        gc.freeze()  # keep the collector from touching (and so copying) the server's objects in children
+        self.send({"hello": {"netns": self.netns, "no_new_privs": self.no_new_privs, "root": self.root, "pid": os.getpid()}})
+        while not (self.closing and not self.running):
+            while self.pending and self.free_slots and not self.closing:
+                self.spawn(self.pending.popleft())
+            now = time.monotonic()
+            wait = min((run.deadline for run in self.running.values() if not run.killed), default=now + 3600.0) - now
+            for key, _ in self.selector.select(max(0.0, wait)):
+                kind, run = key.data
+                if kind == "stdin":
+                    self.read_requests()
+                elif kind == "pipe" and run.pidfd in self.running:
+                    if not self.drain(run):
+                        self.selector.unregister(run.read_fd)
+                elif kind == "exit" and run.pidfd in self.running:
+                    self.finish(run)
+            now = time.monotonic()
+            for run in list(self.running.values()):
+                if now >= run.deadline and not run.killed:
+                    run.killed = True
+                    self.kill(run)
+
+    def shutdown(self) -> None:
+        """Kill and reap every child still running, remove the scratch directories."""
+        for run in list(self.running.values()):
+            self.kill(run)
+            try:
+                os.waitpid(run.pid, 0)
+            except OSError:
+                pass
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def main(argv: list[str]) -> None:
+    """Bootstrap entry: ``<root> confine <uid_base> <workers>`` or ``<root> serve <uid_base> <workers> <netns> <nnp>``."""
+    root, stage, uid_base, workers = argv[0], argv[1], int(argv[2]), int(argv[3])
+    if stage == "confine":
+        _confine_and_exec(root, uid_base, workers)
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host ends us by closing stdin
+    server = Server(uid_base, workers, netns=argv[4] == "1", no_new_privs=argv[5] == "1")
+    try:
+        server.serve()
+    finally:
+        server.shutdown()

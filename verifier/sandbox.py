@@ -1,0 +1,378 @@
+"""Sandboxed execution of untrusted programs: the ``Verifier`` and its verdicts.
+
+``Verifier.execute(program, args)`` runs ``f(*args)`` twice, each run in its own process forked
+from a warm fork server (``verifier.forkserver``), and returns an ``ExecResult``: ``OK`` with the
+repr of the value when both runs agree, ``NONDETERMINISTIC`` when their reprs differ, or the status
+of the first failure. ``execute_many`` sends a whole batch to the server at once; it runs one child
+per worker slot in parallel (one slot per core by default).
+
+Defences (``Verifier.defences()`` says which are active on this machine): Python-level guards
+(module allow-list, restricted builtins, an audit hook; ``verifier.guard``), a process per
+execution in its own session, rlimits (CPU, address space, file size 0, no new processes, few
+descriptors), a wall-clock deadline enforced from outside with ``killpg(SIGKILL)``, an empty
+environment, a fresh empty directory (a chroot when root), privileges dropped to a per-slot
+unprivileged uid when root, the network cut by a new network namespace where the kernel allows it,
+``PR_SET_NO_NEW_PRIVS``, and a fixed hash seed so outputs are the same on every machine.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from verifier.forkserver import BOOTSTRAP, INTERPRETER_FLAGS
+from verifier.preflight import Prepared, output_problem, prepare_args, prepare_program
+
+REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+HASH_SEED = "0"
+DEFAULT_UID_BASE = 61000
+
+
+class Status(str, enum.Enum):
+    """Verdict of one execution. The value is the lower-case name (what the fork server sends)."""
+
+    OK = "ok"
+    SYNTAX_ERROR = "syntax_error"
+    NO_ENTRY_FUNCTION = "no_entry_function"
+    FORBIDDEN = "forbidden"
+    BAD_INPUT = "bad_input"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory_limit"
+    NONDETERMINISTIC = "nondeterministic"
+    OUTPUT_TOO_LARGE = "output_too_large"
+    BAD_OUTPUT = "bad_output"  # the value's repr is not a Python literal (ast.literal_eval fails)
+    CRASHED = "crashed"
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """``output`` is ``repr(f(*args))`` when ``status`` is OK, else None; ``error`` is a short reason."""
+
+    status: Status
+    output: str | None = None
+    error: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+
+def combine_runs(runs: Sequence[ExecResult]) -> ExecResult:
+    """One verdict from repeated runs of the same call: OK only when every run is OK with the same
+    repr; OK runs that disagree are NONDETERMINISTIC; otherwise the first failing run's verdict."""
+    wall = max(r.wall_s for r in runs)
+    failed = [r for r in runs if not r.ok]
+    if failed:
+        first = failed[0]
+        note = "" if len(failed) == len(runs) else f" (in {len(failed)} of {len(runs)} runs)"
+        return ExecResult(first.status, None, first.error + note, wall)
+    outputs = {r.output for r in runs}
+    if len(outputs) > 1:
+        shown = " vs ".join(repr(o[:40]) for o in sorted(outputs))
+        return ExecResult(Status.NONDETERMINISTIC, None, f"runs returned different values: {shown}", wall)
+    return ExecResult(Status.OK, runs[0].output, "", wall)
+
+
+class ServerDied(RuntimeError):
+    """The fork server exited; every execution in flight is reported as CRASHED."""
+
+
+class _ForkServer:
+    """Host side of one fork-server process: sends request lines, a reader thread resolves futures."""
+
+    def __init__(self, workers: int, uid_base: int):
+        argv = [sys.executable, *INTERPRETER_FLAGS, "-c", BOOTSTRAP, REPO_ROOT, "confine", str(uid_base), str(workers)]
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={"PYTHONHASHSEED": HASH_SEED},
+            cwd="/",
+            close_fds=True,
+            start_new_session=True,
+        )
+        hello_line = self.proc.stdout.readline()
+        try:
+            self.hello = json.loads(hello_line)["hello"]
+        except (ValueError, KeyError, TypeError):
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"the verifier fork server failed to start (said {hello_line[:200]!r})") from None
+        self.ids = itertools.count()
+        self.futures: dict[int, Future] = {}
+        self.lock = threading.Lock()
+        self.dead = False
+        self.reader = threading.Thread(target=self._read, name="verifier-forkserver-reader", daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            with self.lock:
+                future = self.futures.pop(message.get("id"), None)
+            if future is not None:
+                future.set_result(message)
+        with self.lock:
+            self.dead = True
+            orphans, self.futures = list(self.futures.values()), {}
+        for future in orphans:
+            future.set_exception(ServerDied("the verifier fork server exited"))
+
+    def submit(self, requests: list[dict]) -> list[Future]:
+        futures = []
+        with self.lock:
+            if self.dead:
+                raise ServerDied("the verifier fork server exited")
+            for request in requests:
+                request["id"] = next(self.ids)
+                future: Future = Future()
+                self.futures[request["id"]] = future
+                futures.append(future)
+            payload = b"".join(json.dumps(r).encode() + b"\n" for r in requests)
+        try:
+            self.proc.stdin.write(payload)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            with self.lock:
+                self.dead = True
+            raise ServerDied("the verifier fork server exited") from None
+        return futures
+
+    def alive(self) -> bool:
+        return not self.dead and self.proc.poll() is None
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()  # EOF: the server kills its children and exits
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout=5)
+
+
+class Verifier:
+    """Runs untrusted ``f(*args)`` calls in confined, forked processes.
+
+    ``timeout_s``: wall-clock limit of one run (CPU is limited to ``ceil(timeout_s) + 1`` s).
+    ``memory_mb``: address space a run may add to the warm interpreter it is forked from.
+    ``max_output_chars``: longest accepted output repr (longer is OUTPUT_TOO_LARGE, never truncated).
+    ``workers``: parallel runs (default: the CPUs this process may use).
+    ``python_guards``: the Python-level layer (static check, restricted builtins, audit hook); off
+    only to test that the operating-system layer contains programs on its own.
+    ``uid_base``: as root, slot k runs as uid ``uid_base + k`` (``nobody`` if that fails), so
+    concurrent runs cannot signal each other.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 5.0,
+        memory_mb: int = 512,
+        max_output_chars: int = 10_000,
+        workers: int | None = None,
+        python_guards: bool = True,
+        max_program_chars: int = 100_000,
+        uid_base: int = DEFAULT_UID_BASE,
+    ):
+        if not 0 < float(timeout_s) <= 3600:
+            raise ValueError(f"timeout_s must be in (0, 3600], got {timeout_s}")
+        if not 16 <= int(memory_mb) <= 1 << 20:
+            raise ValueError(f"memory_mb must be in [16, 1048576], got {memory_mb}")
+        if int(max_output_chars) < 1:
+            raise ValueError(f"max_output_chars must be positive, got {max_output_chars}")
+        if workers is not None and int(workers) < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        if not 0 < int(uid_base) < 2**31:
+            raise ValueError(f"uid_base must be a positive uid, got {uid_base}")
+        self.timeout_s = float(timeout_s)
+        self.memory_mb = int(memory_mb)
+        self.max_output_chars = int(max_output_chars)
+        self.workers = int(workers) if workers else max(1, len(os.sched_getaffinity(0)))
+        self.python_guards = bool(python_guards)
+        self.max_program_chars = int(max_program_chars)
+        self.uid_base = int(uid_base)
+        self._lock = threading.Lock()
+        self._server: _ForkServer | None = None
+        self._probe: dict[str, Any] = {}
+        self._server_for_use()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def _server_for_use(self) -> _ForkServer:
+        with self._lock:
+            if self._server is None or not self._server.alive():
+                if self._server is not None:
+                    self._server.close()
+                self._server = _ForkServer(self.workers, self.uid_base)
+                probe = self._server.submit([self._request("", "", probe=True)])[0].result()
+                self._probe = probe.get("probe", {})
+            return self._server
+
+    def close(self) -> None:
+        """Stop the fork server (and any run in flight). The verifier restarts it if used again."""
+        with self._lock:
+            if self._server is not None:
+                self._server.close()
+                self._server = None
+
+    def __enter__(self) -> "Verifier":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles as its settings (a Ray actor may ship it); the copy starts its own fork server."""
+        keys = ("timeout_s", "memory_mb", "max_output_chars", "workers", "python_guards", "max_program_chars", "uid_base")
+        return {k: getattr(self, k) for k in keys}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)
+
+    # --- execution ------------------------------------------------------------------------------
+    def _request(self, code: str, args: str, probe: bool = False) -> dict[str, Any]:
+        request = {
+            "code": code,
+            "args": args,
+            "timeout_s": self.timeout_s,
+            "memory_mb": self.memory_mb,
+            "max_output_chars": self.max_output_chars,
+            "guards": self.python_guards,
+        }
+        if probe:
+            request["probe"] = True
+        return request
+
+    def _precheck(self, item: Any) -> ExecResult | None:
+        """A verdict for malformed calls, so they never reach the server."""
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            return ExecResult(Status.BAD_INPUT, None, f"expected a (program, args) pair, got {type(item).__name__}")
+        program, args = item
+        if not isinstance(program, str):
+            return ExecResult(Status.BAD_INPUT, None, f"program must be str, got {type(program).__name__}")
+        if not isinstance(args, str):
+            return ExecResult(Status.BAD_INPUT, None, f"args must be str (argument-list text), got {type(args).__name__}")
+        if len(program) > self.max_program_chars:
+            return ExecResult(Status.BAD_INPUT, None, f"program has {len(program)} characters, the bound is {self.max_program_chars}")
+        if len(args) > self.max_program_chars:
+            return ExecResult(Status.BAD_INPUT, None, f"args have {len(args)} characters, the bound is {self.max_program_chars}")
+        return None
+
+    def execute(self, program: str, args: str, *, repeats: int = 2) -> ExecResult:
+        """Run ``f(*args)`` ``repeats`` times (default twice, in separate processes) and return the verdict."""
+        return self.execute_many([(program, args)], repeats=repeats)[0]
+
+    def execute_many(self, items: Iterable[tuple[str, str]], *, repeats: int = 2) -> list[ExecResult]:
+        """``execute`` for a batch, in the same order; all runs of the batch go to the server at once.
+
+        Each distinct program is compiled and checked once (``verifier.preflight``); a call that
+        cannot run (syntax error, forbidden construct, non-literal arguments) gets its verdict
+        without a process. An OK output that is not a Python literal becomes BAD_OUTPUT.
+        """
+        if not isinstance(repeats, int) or repeats < 1:
+            raise ValueError(f"repeats must be a positive int, got {repeats!r}")
+        items = list(items)
+        results: list[ExecResult | None] = [self._precheck(item) for item in items]
+        programs: dict[str, Prepared] = {}
+        payloads: dict[int, tuple[str, str]] = {}
+        for i, item in enumerate(items):
+            if results[i] is not None:
+                continue
+            program, args = item
+            if program not in programs:
+                programs[program] = prepare_program(program, self.python_guards)
+            code = programs[program]
+            if code.payload is None:
+                results[i] = ExecResult(Status(code.status), None, code.error)
+                continue
+            values = prepare_args(args)
+            if values.payload is None:
+                results[i] = ExecResult(Status(values.status), None, values.error)
+                continue
+            payloads[i] = (code.payload, values.payload)
+        todo = list(payloads)
+        requests = [self._request(*payloads[i]) for i in todo for _ in range(repeats)]
+        runs = self._run(requests) if requests else []
+        checked: dict[str, str | None] = {}
+        for k, run in enumerate(runs):
+            if run.ok:
+                if run.output not in checked:
+                    checked[run.output] = output_problem(run.output)
+                if checked[run.output]:
+                    runs[k] = ExecResult(Status.BAD_OUTPUT, None, checked[run.output], run.wall_s)
+        for k, i in enumerate(todo):
+            results[i] = combine_runs(runs[k * repeats : (k + 1) * repeats])
+        return results  # type: ignore[return-value]
+
+    def _run(self, requests: list[dict]) -> list[ExecResult]:
+        try:
+            futures = self._server_for_use().submit(requests)
+        except ServerDied as exc:
+            return [ExecResult(Status.CRASHED, None, str(exc))] * len(requests)
+        out = []
+        for future in futures:
+            try:
+                message = future.result()
+                status = Status(message["status"])
+                out.append(ExecResult(status, message.get("output"), message.get("error", ""), float(message.get("wall_s", 0.0))))
+            except ServerDied as exc:
+                out.append(ExecResult(Status.CRASHED, None, str(exc)))
+            except (ValueError, KeyError, TypeError):
+                out.append(ExecResult(Status.CRASHED, None, f"unreadable result from the fork server: {str(message)[:100]}"))
+        return out
+
+    # --- report ---------------------------------------------------------------------------------
+    def defences(self) -> dict[str, Any]:
+        """Which defences are active on this machine (asked of the running fork server)."""
+        server = self._server_for_use()
+        hello, probe = server.hello, self._probe
+        root = bool(hello.get("root"))
+        uid = probe.get("uid")
+        return {
+            "process_per_execution": True,
+            "fork_server_warm_imports": True,
+            "python_guards": self.python_guards,
+            "module_allow_list": self.python_guards,
+            "audit_hook": self.python_guards,
+            "rlimits": ["cpu", "address_space", "file_size_0", "no_new_processes", "open_files", "no_core"],
+            "wall_clock_kill_process_group": True,
+            "new_session": True,
+            "empty_environment": True,
+            "fresh_empty_directory": True,
+            "chroot": bool(probe.get("chroot")),
+            "privileges_dropped": root and uid not in (None, 0),
+            "sandbox_uid": uid,
+            "network_namespace": bool(hello.get("netns")),
+            "no_new_privs": bool(hello.get("no_new_privs")),
+            "hash_seed": int(HASH_SEED),
+            "running_as_root": root,
+            "workers": self.workers,
+        }
