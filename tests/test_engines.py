@@ -172,12 +172,19 @@ def test_hot_swap_changes_only_that_adapter(engine, reference, adapter_dirs):
         engine.generate([greedy("hot", PROMPTS[0])])
 
 
-def test_logprobs_agree_with_the_learner_forward_pass(engine, tiny_qwen2, adapter_dirs):
-    """Sampled tokens (temperature 0.8, top_p 0.9) scored by the learners' multi-adapter forward: log pi at T=1."""
+@pytest.mark.parametrize("mode", ["pad", "pack"])
+def test_logprobs_agree_with_the_learner_forward_pass(engine, tiny_qwen2, adapter_dirs, mode):
+    """Sampled tokens (temperature 0.8, top_p 0.9) re-scored by the learner's own loss-token forward pass.
+
+    The engine's log-probs are log pi(token) at temperature 1 without top-p, which is what
+    ``forward_loss_tokens`` computes; base rows are scored with the adapter switched off (the KL path).
+    """
     from transformers import AutoModelForCausalLM
 
-    from learners.multi_lora import NO_ADAPTER, LoRASpec, MultiLoRAModel
+    from learners.batching import micro_batches, Sample
+    from learners.multi_lora import LoRASpec, MultiLoRAModel
     from learners.peft_io import load_adapter
+    from learners.policy_learner import forward_loss_tokens
 
     requests = [GenerationRequest(a, PROMPTS[1], temperature=0.8, top_p=0.9, max_tokens=MAX_TOKENS, n=2, seed=7)
                 for a in ("a0", "a2", None)]
@@ -186,23 +193,17 @@ def test_logprobs_agree_with_the_learner_forward_pass(engine, tiny_qwen2, adapte
                              LoRASpec(rank=8, alpha=16, num_slots=2))
     load_adapter(learner, 0, adapter_dirs["a0"])
     load_adapter(learner, 1, adapter_dirs["a2"])
-    slots = {"a0": 0, "a2": 1, None: NO_ADAPTER}
-    width = max(len(g.prompt_token_ids) + len(g.token_ids) for g in gens)
-    ids = torch.zeros((len(gens), width), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, g in enumerate(gens):
-        seq = g.prompt_token_ids + g.token_ids
-        ids[i, : len(seq)] = torch.tensor(seq)
-        mask[i, : len(seq)] = 1
+    slots = {"a0": 0, "a2": 1, None: 0}
+    samples = [Sample(slots[g.adapter], g.prompt_token_ids, g.token_ids, reward=0.0) for g in gens]
+    learner_lp: dict[int, torch.Tensor] = {}
     with torch.no_grad():
-        logits = learner(ids, attention_mask=mask, adapter_index=[slots[g.adapter] for g in gens]).logits
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    worst = 0.0
-    for i, g in enumerate(gens):
-        start = len(g.prompt_token_ids)
-        positions = torch.arange(start - 1, start - 1 + len(g.token_ids))
-        learner_lp = logp[i, positions, torch.tensor(g.token_ids)]
-        worst = max(worst, float((learner_lp - torch.tensor(g.logprobs)).abs().max()))
+        for adapter_off in (False, True):
+            for batch in micro_batches(samples, pad_id=0, max_tokens=4096, mode=mode):
+                out = forward_loss_tokens(learner, batch, adapter_off=adapter_off)
+                for i in torch.unique(out.sample).tolist():
+                    if (gens[i].adapter is None) == adapter_off:
+                        learner_lp[i] = out.logprobs[out.sample == i]
+    worst = max(float((learner_lp[i] - torch.tensor(g.logprobs)).abs().max()) for i, g in enumerate(gens))
     assert worst <= LOGPROB_ATOL[engine.backend], f"max |engine - learner| log-prob = {worst:.2e}"
 
 
@@ -242,6 +243,33 @@ def test_max_tokens_is_capped_by_the_context(engine):
     assert 0 < room < MAX_TOKENS
     (gen,) = engine.generate([greedy("a1", prompt, max_tokens=50)])[0]
     assert len(gen.token_ids) <= room and gen.finish_reason in ("length", "stop")
+
+
+def test_end_of_sequence_token_ends_generation(engine, tiny_qwen2, tmp_path, monkeypatch):
+    """A model whose generation config lists an extra EOS id stops on it: the token is kept, finish is 'stop'."""
+    if engine.backend == "vllm":
+        # Closing a second in-process vLLM engine would tear down the process-global state the first
+        # one uses; run this one's engine core in its own process (vLLM caches env vars once started).
+        import vllm.envs
+
+        monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+        monkeypatch.setattr(vllm.envs, "__getattr__", getattr(vllm.envs.__getattr__, "__wrapped__", vllm.envs.__getattr__))
+    (free,) = engine.generate([greedy(None, PROMPTS[0])])[0]
+    eos_token = free.token_ids[3]
+    first = free.token_ids.index(eos_token)
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_qwen2, model_dir)
+    config = json.loads((model_dir / "generation_config.json").read_text())
+    config["eos_token_id"] = [engine.tokenizer.eos_token_id, eos_token]
+    (model_dir / "generation_config.json").write_text(json.dumps(config))
+    other = make_engine(engine.backend, model_dir, max_adapters=1, max_lora_rank=8, max_model_len=MAX_LEN)
+    try:
+        (stopped,) = other.generate([greedy(None, PROMPTS[0])])[0]
+    finally:
+        other.close()
+    assert stopped.finish_reason == "stop"
+    assert stopped.token_ids == free.token_ids[: first + 1]
+    assert len(stopped.logprobs) == first + 1
 
 
 @pytest.mark.parametrize(
