@@ -54,10 +54,14 @@ CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 PR_SET_NO_NEW_PRIVS = 38
 NOBODY = 65534
+UIDS_PER_SERVER = 64
+UID_BLOCKS = 4096
 RESULT_FD = 3
 CHILD_FDS = 8
 BAD_EXIT = 70
 PREPARED: tuple[dict, list[str]] = ({}, [])  # guarded builtins and the violations list, set by the server
+PR_SET_PDEATHSIG = 1
+PRCTL = None  # libc prctl, set by the server
 
 
 def _confine_and_exec(root: str, uid_base: int, workers: int) -> None:
@@ -88,6 +92,24 @@ def _unprivileged_netns(libc) -> bool:
     return True
 
 
+def _load_prctl():
+    """``prctl`` from libc, for ``PR_SET_PDEATHSIG`` in children (so no run outlives the server).
+
+    ctypes is dropped from ``sys.modules`` right after: a program cannot import it again (the
+    static check and the audit hook refuse, and a chrooted child has no files to load it from).
+    """
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):
+        return None
+    finally:
+        for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
+            del sys.modules[name]
+    return prctl
+
+
 def _import_allowed_modules() -> None:
     for name in sorted(guard.ALLOWED_MODULES):
         __import__(name)
@@ -105,7 +127,8 @@ def _set_limit(which: int, value: int) -> None:
 
 def _confine_child(workdir: str, uid: int, cpu_s: int, address_space: int) -> dict:
     """Everything the child does to itself before running untrusted code; returns what succeeded."""
-    report = {"chroot": False, "uid": os.getuid()}
+    report = {"chroot": False, "uid": os.getuid(), "parent_death_signal": False}
+    parent = os.getppid()
     os.setsid()
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
@@ -140,6 +163,11 @@ def _confine_child(workdir: str, uid: int, cpu_s: int, address_space: int) -> di
             raise PermissionError("could not drop root privileges")
     else:
         os.chdir(workdir)
+    # armed last: a change of credentials clears the parent-death signal
+    if PRCTL is not None and PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+        report["parent_death_signal"] = True
+        if os.getppid() != parent:  # the server died before the signal was armed
+            os._exit(BAD_EXIT)
     return report
 
 
@@ -151,7 +179,7 @@ def _perturb_allocator() -> None:
     """Shift the heap by a random amount, so that a program whose value depends on object addresses
     (``hash(object())``, iterating a set of instances) gives different results in its two runs:
     forked children otherwise share the server's heap layout. (``random`` reseeds itself after a fork.)"""
-    _perturb_allocator.pad = [object() for _ in range(random.randrange(32))] + [_Pad() for _ in range(random.randrange(32))]
+    _perturb_allocator.pad = [object() for _ in range(random.randrange(256))] + [_Pad() for _ in range(random.randrange(256))]
 
 
 def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bool) -> tuple[str, str | None, str]:
@@ -233,7 +261,10 @@ class Server:
     """The serving loop (stage 2)."""
 
     def __init__(self, uid_base: int, workers: int, netns: bool, no_new_privs: bool):
-        self.uid_base, self.netns, self.no_new_privs = uid_base, netns, no_new_privs
+        self.netns, self.no_new_privs = netns, no_new_privs
+        # a block of UIDS_PER_SERVER uids per server, picked by pid, so that runs of different
+        # servers on one machine (several verifier actors) do not share a uid either
+        self.uid_base = uid_base + (os.getpid() % UID_BLOCKS) * UIDS_PER_SERVER
         self.root = os.getuid() == 0
         # tmpfs when there is one: a directory per execution costs microseconds there, milliseconds on disk
         scratch = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -247,8 +278,9 @@ class Server:
         self.inbuf = b""
         self.closing = False
         _import_allowed_modules()
-        global PREPARED
+        global PREPARED, PRCTL
         PREPARED = guard.prepare()
+        PRCTL = _load_prctl()
         self.baseline_as = _address_space_in_use()
 
     def send(self, message: dict) -> None:
@@ -266,7 +298,7 @@ class Server:
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            _child(request, write_fd, workdir, self.uid_base + slot, address_space)
+            _child(request, write_fd, workdir, self.uid_base + slot % UIDS_PER_SERVER, address_space)
         os.close(write_fd)
         pidfd = os.pidfd_open(pid)
         os.set_blocking(read_fd, False)
@@ -300,7 +332,7 @@ class Server:
 
     def finish(self, run: _Running) -> None:
         self.kill(run)  # a zombie leader keeps its process-group id reserved, so this hits nothing else
-        _, wait_status = os.waitpid(run.pid, 0)
+        _, wait_status, usage = os.wait4(run.pid, 0)
         if run.read_fd in self.selector.get_map():
             self.selector.unregister(run.read_fd)
         self.drain(run)
@@ -313,21 +345,22 @@ class Server:
             os.rmdir(run.workdir)
         except OSError:
             shutil.rmtree(run.workdir, ignore_errors=True)
-        result = self.verdict(run, wait_status)
+        result = self.verdict(run, wait_status, usage.ru_utime + usage.ru_stime)
         result["id"] = run.request.get("id")
         result["wall_s"] = round(time.monotonic() - run.started, 6)
         self.send(result)
 
     @staticmethod
-    def verdict(run: _Running, wait_status: int) -> dict:
+    def verdict(run: _Running, wait_status: int, cpu_s: float) -> dict:
         """The result of a reaped child; a result it wrote counts only after a clean exit."""
         if run.killed:
             return {"status": "timeout", "output": None, "error": f"wall-clock limit of {float(run.request['timeout_s']):g} s exceeded"}
         if os.WIFSIGNALED(wait_status):
             sig = os.WTERMSIG(wait_status)
             name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
-            if sig in (signal.SIGXCPU, signal.SIGKILL):
-                return {"status": "timeout", "output": None, "error": f"CPU time limit exceeded ({name})"}
+            cpu_limit = int(math.ceil(float(run.request["timeout_s"]))) + 1
+            if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_s >= cpu_limit - 0.05):
+                return {"status": "timeout", "output": None, "error": f"CPU time limit of {cpu_limit} s exceeded ({name})"}
             return {"status": "crashed", "output": None, "error": f"killed by {name}"}
         code = os.WEXITSTATUS(wait_status)
         if code != 0:
@@ -350,9 +383,12 @@ class Server:
             chunk = os.read(0, 1 << 20)
         except BlockingIOError:
             return
-        if not chunk:
+        if not chunk:  # the host is gone or closed us: stop every run now
             self.closing = True
             self.selector.unregister(0)
+            for run in self.running.values():
+                run.killed = True
+                self.kill(run)
             return
         *lines, self.inbuf = (self.inbuf + chunk).split(b"\n")
         for line in lines:

@@ -226,16 +226,26 @@ def parse_arguments(text: str) -> tuple[list, dict]:
         raise ValueError(f"arguments do not parse as an argument list: {type(exc).__name__}: {str(exc)[:80]}") from None
     if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.func.id != "f":
         raise ValueError("arguments do not parse as an argument list")
-    try:
-        args = [ast.literal_eval(a) for a in call.args]
-        kwargs = {}
-        for kw in call.keywords:
-            if kw.arg is None:
-                raise ValueError("** arguments are not allowed")
-            kwargs[kw.arg] = ast.literal_eval(kw.value)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
-        raise ValueError(f"arguments must be Python literals: {type(exc).__name__}: {str(exc)[:80]}") from None
+    args, kwargs = [], {}
+    for position, node in enumerate(call.args + [kw.value for kw in call.keywords], start=1):
+        if position > len(call.args) and call.keywords[position - len(call.args) - 1].arg is None:
+            raise ValueError("** arguments are not allowed")
+        try:
+            value = ast.literal_eval(node)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            raise ValueError(f"argument {position} is not a Python literal: {_shown(node)}") from None
+        if position <= len(call.args):
+            args.append(value)
+        else:
+            kwargs[call.keywords[position - len(call.args) - 1].arg] = value
     return args, kwargs
+
+
+def _shown(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)[:60]
+    except (RecursionError, ValueError, MemoryError):
+        return type(node).__name__
 
 
 def check_arguments(text: str) -> str | None:

@@ -34,7 +34,7 @@ from verifier.preflight import Prepared, output_problem, prepare_args, prepare_p
 
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 HASH_SEED = "0"
-DEFAULT_UID_BASE = 61000
+DEFAULT_UID_BASE = 200_000
 
 
 class Status(str, enum.Enum):
@@ -182,8 +182,9 @@ class Verifier:
     ``workers``: parallel runs (default: the CPUs this process may use).
     ``python_guards``: the Python-level layer (static check, restricted builtins, audit hook); off
     only to test that the operating-system layer contains programs on its own.
-    ``uid_base``: as root, slot k runs as uid ``uid_base + k`` (``nobody`` if that fails), so
-    concurrent runs cannot signal each other.
+    ``uid_base``: as root, slot k of a server runs as uid ``uid_base + 64 * b + k``, with the block
+    b picked by the server's pid (``nobody`` if the uid cannot be set), so concurrent runs, also of
+    different verifiers, cannot signal each other.
     """
 
     def __init__(
@@ -368,6 +369,7 @@ class Verifier:
             "empty_environment": True,
             "fresh_empty_directory": True,
             "chroot": bool(probe.get("chroot")),
+            "killed_with_fork_server": bool(probe.get("parent_death_signal")),
             "privileges_dropped": root and uid not in (None, 0),
             "sandbox_uid": uid,
             "network_namespace": bool(hello.get("netns")),

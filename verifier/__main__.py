@@ -1,0 +1,54 @@
+"""Command line for debugging a task by hand.
+
+    python -m verifier run PROGRAM_FILE --args "'abc', [1, 2]"   # the verdict as JSON
+    python -m verifier defences                                  # which defences are active here
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from verifier.sandbox import Verifier
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verifier", description="Run programs in the verifier sandbox.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run f(*args) of PROGRAM_FILE twice in the sandbox and print the verdict as JSON")
+    run.add_argument("program_file", help="a Python file defining f ('-' reads standard input)")
+    run.add_argument("--args", default="", help="argument-list text, e.g. \"'abc', [1, 2]\"")
+    run.add_argument("--timeout-s", type=float, default=5.0)
+    run.add_argument("--memory-mb", type=int, default=512)
+    run.add_argument("--max-output-chars", type=int, default=10_000)
+    run.add_argument("--repeats", type=int, default=2, help="runs in separate processes (outputs must agree)")
+    run.add_argument("--no-python-guards", action="store_true", help="leave only the operating-system layer (testing)")
+    sub.add_parser("defences", help="print which defences are active on this machine")
+    args = parser.parse_args(argv)
+
+    if args.command == "defences":
+        with Verifier() as verifier:
+            print(json.dumps(verifier.defences(), indent=2))
+        return 0
+    try:
+        program = sys.stdin.read() if args.program_file == "-" else open(args.program_file, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as exc:
+        parser.error(f"cannot read {args.program_file}: {exc}")
+    try:
+        verifier = Verifier(
+            timeout_s=args.timeout_s,
+            memory_mb=args.memory_mb,
+            max_output_chars=args.max_output_chars,
+            python_guards=not args.no_python_guards,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    with verifier:
+        result = verifier.execute(program, args.args, repeats=args.repeats)
+    print(json.dumps(result.to_dict()))
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
