@@ -1,0 +1,164 @@
+"""The bootstrap pipeline: programs -> verified corpus -> examples -> tokenizer -> Qwen2 model -> training.
+
+``build_model(settings, seed, out_dir)`` writes a Hugging Face model directory (``config.json``,
+``model.safetensors``, ``generation_config.json``, the tokenizer files), plus ``tasks.jsonl``
+(verified corpus tasks, usable as a buffer seed file) and the manifest ``tinycoder.json`` last.
+Every random choice derives from ``seed``, so two builds with one seed give identical weights.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tinycoder.corpus import CorpusSettings, VerifiedProgram, build_corpus
+from tinycoder.examples import Example, ExampleMix, ExampleWriter, io_task
+from tinycoder.model import ModelShape, new_model
+from tinycoder.programs import ShapeRange
+from tinycoder.tokenizer import save_tokenizer, train_tokenizer
+from tinycoder.train import TrainSettings, cpu_threads, encode, train
+from verifier.prompts import student_prompt, student_response, teacher_prompt, teacher_response
+from verifier.sandbox import Verifier
+from verifier.tasks import identity_task
+
+# Bump when a change to the generator, the example writer or the training loop changes the model.
+GENERATOR_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """Everything that decides the model (the cache key hashes all of it)."""
+
+    corpus: CorpusSettings = field(default_factory=CorpusSettings)
+    mix: ExampleMix = field(default_factory=ExampleMix)
+    vocab_size: int = 1024
+    model: ModelShape = field(default_factory=ModelShape)
+    train: TrainSettings = field(default_factory=TrainSettings)
+    max_completion_tokens: int = 180  # proposals must fit the run's generation budget (configs/tiny.yaml: 192)
+    seed_tasks: int = 256
+
+
+VARIANTS: dict[str, BuildSettings] = {
+    # About 10 minutes on two free cores: the model `python launch.py` runs with.
+    "default": BuildSettings(
+        corpus=CorpusSettings(programs=4000, inputs_per_program=5, min_inputs=4),
+        model=ModelShape(hidden=256, layers=4, kv_heads=2, intermediate=768),
+        train=TrainSettings(steps=900, batch_tokens=6144, lr=2e-3, warmup=40),
+    ),
+    # About a minute: small and quick, for the test suite.
+    "test": BuildSettings(
+        corpus=CorpusSettings(programs=500, inputs_per_program=5, min_inputs=4, shapes=ShapeRange(max_phases=2)),
+        model=ModelShape(hidden=128, layers=2, kv_heads=1, intermediate=384),
+        train=TrainSettings(steps=120, batch_tokens=4096, lr=3e-3, warmup=10),
+        seed_tasks=64,
+    ),
+}
+
+
+def prompt_fingerprint() -> str:
+    """The prompt and response layout of every (role, family), rendered on the seed task.
+
+    Part of the cache key: a model trained on an older prompt format is not reused.
+    """
+    parts = []
+    for family in ("code_o", "code_i", "code_f"):
+        task = identity_task(family)
+        parts.append(teacher_prompt(family, [task], n_inputs=2))
+        parts.append(student_prompt(task))
+        parts.append(teacher_response(family, program=task.program, inputs=task.inputs[:2], message=task.message, think="t"))
+        parts.append(student_response(family, task.output, think="t"))
+    return "\n".join(parts)
+
+
+def describe(settings: BuildSettings, seed: int) -> dict[str, Any]:
+    """What the cache key hashes."""
+    return {"generator": GENERATOR_VERSION, "settings": asdict(settings), "seed": seed, "prompts": prompt_fingerprint()}
+
+
+def _log(progress: bool, message: str) -> None:
+    if progress:
+        print(f"[tiny-coder] {message}", file=sys.stderr, flush=True)
+
+
+def make_examples(corpus: list[VerifiedProgram], settings: BuildSettings, seed: int) -> list[Example]:
+    return ExampleWriter(corpus, settings.mix, random.Random(seed + 1)).all_examples()
+
+
+def build_model(settings: BuildSettings, seed: int, out_dir: Path, progress: bool = True, threads: int | None = None) -> dict[str, Any]:
+    """Build the model into ``out_dir`` (see module docstring); returns the manifest it wrote."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    with Verifier(timeout_s=2.0, memory_mb=256, max_output_chars=settings.corpus.max_output_chars) as verifier:
+        corpus = build_corpus(verifier, settings.corpus, seed)
+    timings["corpus_s"] = time.perf_counter() - t0
+    _log(progress, f"corpus: {len(corpus)} of {settings.corpus.programs} programs kept ({timings['corpus_s']:.0f} s)")
+    if not corpus:
+        raise RuntimeError("the verifier accepted no generated program; is the sandbox working? (python -m verifier run ...)")
+
+    t0 = time.perf_counter()
+    examples = make_examples(corpus, settings, seed)
+    tokenizer = train_tokenizer((e.prompt + e.completion for e in examples), settings.vocab_size)
+    data = encode(examples, tokenizer, settings.train.max_len)
+    data = [d for d in data if len(d.ids) - d.prompt_len <= settings.max_completion_tokens]
+    timings["examples_tokenizer_s"] = time.perf_counter() - t0
+    _log(progress, f"{len(data)} of {len(examples)} examples fit; tokenizer of {len(tokenizer)} tokens")
+
+    t0 = time.perf_counter()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    model = new_model(settings.model, tokenizer)
+    n_params = sum(p.numel() for p in model.parameters())
+    _log(progress, f"training a {n_params / 1e6:.1f}M-parameter Qwen2 for {settings.train.steps} steps")
+    losses = train(model, data, settings.train, tokenizer.pad_token_id, seed, progress=progress, threads=threads)
+    timings["train_s"] = time.perf_counter() - t0
+
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    model.save_pretrained(out_dir)
+    save_tokenizer(tokenizer, out_dir)
+    _write_seed_tasks(corpus, settings.seed_tasks, out_dir / "tasks.jsonl", random.Random(seed + 2))
+    manifest = {
+        "name": "tiny-coder",
+        "seed": seed,
+        "settings": asdict(settings),
+        "generator_version": GENERATOR_VERSION,
+        "parameters": n_params,
+        "programs": len(corpus),
+        "examples": len(data),
+        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "first_loss": losses[0],
+        "threads": threads or cpu_threads(),
+        "timings": {k: round(v, 1) for k, v in timings.items()},
+        "build_s": round(time.perf_counter() - started, 1),
+    }
+    (out_dir / "tinycoder.json").write_text(json.dumps(manifest, indent=1))
+    _log(progress, f"built in {manifest['build_s']:.0f} s, final loss {manifest['final_loss']:.3f}: {out_dir}")
+    return manifest
+
+
+def _write_seed_tasks(corpus: list[VerifiedProgram], count: int, path: Path, rng: random.Random) -> None:
+    """A JSONL of verified code_o tasks from the corpus (a ``tasks.seed_file`` for the buffers)."""
+    chosen = rng.sample(corpus, min(count, len(corpus)))
+    with path.open("w") as fh:
+        for item in chosen:
+            fh.write(json.dumps(io_task("code_o", item).to_dict()) + "\n")
+
+
+def variant_settings(variant: str, **overrides: Any) -> BuildSettings:
+    """The settings of a named variant, optionally with top-level fields replaced."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown tiny-coder variant {variant!r}; valid: {', '.join(VARIANTS)}")
+    return replace(VARIANTS[variant], **overrides) if overrides else VARIANTS[variant]

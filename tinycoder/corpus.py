@@ -1,0 +1,111 @@
+"""The training corpus: generated programs with inputs, their outputs computed by the verifier.
+
+Programs come from :mod:`tinycoder.programs`; every (program, input) pair runs in the project's
+sandbox (``Verifier.execute_many``, each program run twice and compared, so only deterministic
+programs survive). A pair is kept when it runs, its output is a literal no longer than
+``max_output_chars`` and its input no longer than ``max_input_chars``; a program is kept when at
+least ``min_inputs`` of its inputs survive. Programs that give one output for every input are
+mostly dropped (``constant_keep_rate`` of them stay): they make poor tasks. Nothing is evaluated
+on the host.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from tinycoder.programs import Program, ShapeRange, generate_program, random_args
+from verifier.sandbox import Status
+
+
+@dataclass(frozen=True)
+class CorpusSettings:
+    """How many programs to draw, how many inputs each, and the size limits of a kept pair."""
+
+    programs: int = 4000
+    inputs_per_program: int = 6
+    min_inputs: int = 4
+    max_output_chars: int = 60
+    max_input_chars: int = 60
+    constant_keep_rate: float = 0.25
+    shapes: ShapeRange = field(default_factory=ShapeRange)
+
+    def __post_init__(self) -> None:
+        if self.programs < 1:
+            raise ValueError(f"CorpusSettings.programs must be >= 1, got {self.programs}")
+        if not 1 <= self.min_inputs <= self.inputs_per_program:
+            raise ValueError(
+                f"CorpusSettings needs 1 <= min_inputs <= inputs_per_program, got {self.min_inputs} and {self.inputs_per_program}"
+            )
+
+
+@dataclass(frozen=True)
+class VerifiedProgram:
+    """A program with the inputs that ran and the sandbox's outputs for them (same order)."""
+
+    program: Program
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+class Executor(Protocol):
+    """What the corpus needs from the verifier: ordered, parallel execution of (program, args) pairs."""
+
+    def execute_many(self, items: Sequence[tuple[str, str]], *, repeats: int = 2) -> list: ...
+
+
+def draw_programs(settings: CorpusSettings, rng: random.Random) -> list[tuple[Program, list[str]]]:
+    """``settings.programs`` distinct programs, each with distinct random inputs."""
+    drafts: list[tuple[Program, list[str]]] = []
+    seen: set[str] = set()
+    attempts = 0
+    while len(drafts) < settings.programs:
+        attempts += 1
+        if attempts > 20 * settings.programs:
+            raise RuntimeError(f"the program generator produced only {len(drafts)} distinct programs in {attempts} draws")
+        program = generate_program(rng, settings.shapes.draw(rng))
+        if program.source in seen:
+            continue
+        seen.add(program.source)
+        inputs: list[str] = []
+        for _ in range(3 * settings.inputs_per_program):
+            args = random_args(rng, program.arg_types)
+            if args not in inputs and len(args) <= settings.max_input_chars:
+                inputs.append(args)
+            if len(inputs) == settings.inputs_per_program:
+                break
+        drafts.append((program, inputs))
+    return drafts
+
+
+def verify_programs(
+    executor: Executor, drafts: list[tuple[Program, list[str]]], settings: CorpusSettings, rng: random.Random
+) -> list[VerifiedProgram]:
+    """Run every (program, input) in the sandbox; keep the pairs that pass (see module docstring)."""
+    pairs = [(program.source, args) for program, inputs in drafts for args in inputs]
+    # One run per pair: the generator's programs are deterministic by construction (no clock,
+    # randomness or object ids; set order depends only on the hash seed the sandbox fixes).
+    results = executor.execute_many(pairs, repeats=1)
+    if len(results) != len(pairs):
+        raise RuntimeError(f"the verifier returned {len(results)} results for {len(pairs)} executions")
+    kept: list[VerifiedProgram] = []
+    at = 0
+    for program, inputs in drafts:
+        good_in, good_out = [], []
+        for args in inputs:
+            result = results[at]
+            at += 1
+            if result.status is Status.OK and len(result.output) <= settings.max_output_chars:
+                good_in.append(args)
+                good_out.append(result.output)
+        constant = len(set(good_out)) == 1
+        if len(good_in) >= settings.min_inputs and (not constant or rng.random() < settings.constant_keep_rate):
+            kept.append(VerifiedProgram(program, tuple(good_in), tuple(good_out)))
+    return kept
+
+
+def build_corpus(executor: Executor, settings: CorpusSettings, seed: int) -> list[VerifiedProgram]:
+    """Draw programs with ``random.Random(seed)`` and keep those the verifier runs (deterministic)."""
+    rng = random.Random(seed)
+    return verify_programs(executor, draw_programs(settings, rng), settings, rng)

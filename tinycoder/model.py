@@ -1,0 +1,52 @@
+"""The tiny model's architecture: Qwen2 (the module names of the 7B targets), a few million parameters.
+
+Head dimension 64 (a size every attention backend, vLLM's CPU one included, supports), grouped
+query attention, tied input/output embeddings as in small Qwen2.5 models, and a 1024-token
+context. Parameter count, roughly: V*h (tied embeddings) + L * (2*h*h + 2*h*h_kv + 3*h*h_ff).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    hidden: int = 256
+    layers: int = 4
+    kv_heads: int = 2
+    intermediate: int = 768
+    context: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.hidden % 64:
+            raise ValueError(f"ModelShape.hidden must be a multiple of the head dim 64, got {self.hidden}")
+        heads = self.hidden // 64
+        if heads % self.kv_heads:
+            raise ValueError(f"ModelShape.kv_heads ({self.kv_heads}) must divide the {heads} attention heads")
+
+
+def qwen2_config(shape: ModelShape, tokenizer: PreTrainedTokenizerFast) -> Qwen2Config:
+    """A ``Qwen2Config`` of ``shape`` whose vocabulary and special ids match ``tokenizer``."""
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.hidden // 64,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=shape.context,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        initializer_range=0.02,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def new_model(shape: ModelShape, tokenizer: PreTrainedTokenizerFast) -> Qwen2ForCausalLM:
+    """A randomly initialised model (seed torch before calling for a reproducible init)."""
+    return Qwen2ForCausalLM(qwen2_config(shape, tokenizer))

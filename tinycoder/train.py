@@ -1,0 +1,173 @@
+"""Supervised training of the tiny model on prompt + completion examples (loss on the completion only).
+
+CPU, float32, deterministic: the parameter init comes from ``torch.manual_seed(seed)`` and the data
+order from ``random.Random(seed)``; the number of torch threads is fixed before training. Batches
+hold examples of similar length (sorted, then cut at a padded-token budget) and are visited in a
+seeded random order each epoch.
+
+Loss, per batch: ``-(1/N) * sum_{t in completion} log p(x_t | x_<t)`` over the N completion tokens
+(the prompt tokens condition but are not predicted). The LM head runs on those N positions only,
+which saves most of its cost because prompts are the longer part.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+from tinycoder.examples import Example
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Optimizer steps, the padded-token budget of a batch, AdamW and its warmup + cosine schedule."""
+
+    steps: int = 1000
+    batch_tokens: int = 6144
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup: int = 40
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    max_len: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"TrainSettings.steps must be >= 1, got {self.steps}")
+        if self.batch_tokens < self.max_len:
+            raise ValueError(f"TrainSettings.batch_tokens ({self.batch_tokens}) must hold one max_len ({self.max_len}) example")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    ids: list[int]
+    prompt_len: int
+
+
+def encode(examples: Sequence[Example], tokenizer: PreTrainedTokenizerFast, max_len: int) -> list[Encoded]:
+    """Prompt and completion tokenized separately (the prompt exactly as an engine tokenizes it),
+    EOS appended to the completion; examples longer than ``max_len`` are dropped."""
+    prompts = tokenizer([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
+    completions = tokenizer([e.completion for e in examples], add_special_tokens=False)["input_ids"]
+    out = []
+    for p, c in zip(prompts, completions):
+        ids = p + c + [tokenizer.eos_token_id]
+        if len(ids) <= max_len:
+            out.append(Encoded(ids, len(p)))
+    return out
+
+
+def make_batches(data: Sequence[Encoded], batch_tokens: int, rng: random.Random) -> list[list[int]]:
+    """Indices grouped by similar length, each group's padded size within ``batch_tokens``, in random order."""
+    order = list(range(len(data)))
+    rng.shuffle(order)
+    order.sort(key=lambda i: len(data[i].ids))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = len(data[i].ids)  # sorted ascending: the newcomer is the longest
+        if current and (len(current) + 1) * longest > batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(data: Sequence[Encoded], batch: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, attention mask, and the mask of positions whose *next* token is a completion token."""
+    width = max(len(data[i].ids) for i in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    target = torch.zeros((len(batch), width - 1), dtype=torch.bool)
+    for row, i in enumerate(batch):
+        item = data[i]
+        n = len(item.ids)
+        ids[row, :n] = torch.tensor(item.ids)
+        attn[row, :n] = 1
+        target[row, item.prompt_len - 1 : n - 1] = True
+    return ids, attn, target
+
+
+def completion_loss(model: Qwen2ForCausalLM, ids: torch.Tensor, attn: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over completion tokens (module docstring)."""
+    hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
+    picked = hidden[:, :-1][target]
+    logits = model.lm_head(picked)
+    return F.cross_entropy(logits, ids[:, 1:][target])
+
+
+def lr_at(step: int, s: TrainSettings) -> float:
+    """Linear warmup to ``lr``, then cosine decay to ``min_lr_ratio * lr`` at the last step."""
+    if step < s.warmup:
+        return s.lr * (step + 1) / s.warmup
+    progress = (step - s.warmup) / max(1, s.steps - s.warmup)
+    return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def cpu_threads() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's core count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def train(
+    model: Qwen2ForCausalLM,
+    data: Sequence[Encoded],
+    settings: TrainSettings,
+    pad_id: int,
+    seed: int,
+    progress: bool = True,
+    on_step: Callable[[int, float], None] | None = None,
+    threads: int | None = None,
+) -> list[float]:
+    """Train ``model`` in place for ``settings.steps`` steps; returns the loss of every step.
+
+    ``threads``: torch CPU threads (default: the cores this process may use).
+    """
+    if not data:
+        raise ValueError("no training examples (all longer than max_len?)")
+    torch.set_num_threads(threads or cpu_threads())
+    rng = random.Random(seed)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
+    model.train()
+    losses: list[float] = []
+    queue: list[list[int]] = []
+    bar = tqdm(total=settings.steps, desc="tiny-coder", unit="step", file=sys.stderr, disable=not progress, mininterval=2.0)
+    for step in range(settings.steps):
+        if not queue:
+            queue = make_batches(data, settings.batch_tokens, rng)
+        ids, attn, target = collate(data, queue.pop(), pad_id)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, settings)
+        loss = completion_loss(model, ids, attn, target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        opt.step()
+        losses.append(loss.item())
+        if on_step is not None:
+            on_step(step, losses[-1])
+        bar.update(1)
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}")
+    bar.close()
+    model.eval()
+    return losses
