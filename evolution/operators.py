@@ -1,0 +1,360 @@
+"""LoRA weight-space mutations and crossovers that keep the rank, keys, shapes and dtype of their parents.
+
+Every operator takes PEFT state dicts (see ``evolution.adapter_slots``), acts slot by slot on
+Delta W = s B A, and returns a :class:`Child` with a per-slot report whose ``relative_change`` is
+||Delta W' - Delta W||_F / ||Delta W||_F (for a crossover: to the nearer parent). The scaling s is the
+same for parents and child, so it cancels out of every child factor and every reported ratio.
+
+SVD-based operators rebuild balanced factors B' = U sqrt(Sigma'), A' = sqrt(Sigma') V^T (s = 1 here),
+except for null directions (sigma_j <= 1e-6 sigma_max, e.g. a freshly initialised adapter with B = 0):
+there B' gets a zero column and A' the unit row v_j^T times the parent's RMS row norm of A, so the child
+keeps Delta W and stays trainable (PEFT's own init is the same shape: B = 0, A != 0).
+
+Same generator seed, same parents -> same child. Random numbers are drawn slot by slot in key order on the
+generator's device. Thin SVDs run on the parents' device (CPU or CUDA) in float32 with float64 r x r maths.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from evolution.adapter_slots import Adapter, Slot, check_same_layout, find_slots
+from evolution.thin_svd import block_gram, factored_svds, gram_roots
+
+NULL_SIGMA = 1e-6
+
+SlotReport = dict[str, float | str]
+
+
+@dataclass
+class Child:
+    """A child adapter, the operator and strength that made it, and what it changed per slot."""
+
+    state_dict: dict[str, torch.Tensor]
+    operator: str
+    strength: float
+    report: dict[str, SlotReport] = field(default_factory=dict)
+
+    @property
+    def max_relative_change(self) -> float:
+        return max((float(r["relative_change"]) for r in self.report.values()), default=0.0)
+
+    @property
+    def mean_relative_change(self) -> float:
+        values = [float(r["relative_change"]) for r in self.report.values()]
+        return sum(values) / len(values) if values else 0.0
+
+    @property
+    def max_truncation_error(self) -> float | None:
+        values = [float(r["truncation_error"]) for r in self.report.values() if "truncation_error" in r]
+        return max(values) if values else None
+
+    def summary(self) -> dict[str, float | str | None]:
+        """JSON-ready digest for logs and lineage."""
+        return {
+            "operator": self.operator,
+            "strength": self.strength,
+            "max_relative_change": self.max_relative_change,
+            "mean_relative_change": self.mean_relative_change,
+            "max_truncation_error": self.max_truncation_error,
+        }
+
+
+# strength ranges: (low, high), both inclusive
+STRENGTH_RANGE: dict[str, tuple[float, float]] = {
+    "perturb_singular_values": (0.0, math.inf),
+    "rotate_subspace": (0.0, math.pi / 2),
+    "gaussian_noise": (0.0, math.inf),
+    "blend_svd": (0.0, 1.0),
+}
+
+
+def check_strength(operator: str, strength: float) -> float:
+    """Return ``strength`` as a float, or raise ValueError naming the operator and its valid range."""
+    low, high = STRENGTH_RANGE.get(operator, (-math.inf, math.inf))
+    try:
+        value = float(strength)
+    except (TypeError, ValueError):
+        raise ValueError(f"{operator}: strength must be a number, got {strength!r}") from None
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ValueError(f"{operator}: strength {strength!r} is outside [{low}, {high}]")
+    return value
+
+
+def _ratio(num: float, den: float) -> float:
+    if den > 0:
+        return num / den
+    return 0.0 if num == 0 else math.inf
+
+
+def _randn(shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(shape, generator=generator, device=_gen_device(generator), dtype=dtype).to(device)
+
+
+def _gen_device(generator: torch.Generator | None) -> torch.device:
+    return generator.device if generator is not None else torch.device("cpu")
+
+
+def _factor_scales(sigma: torch.Tensor, a_sq_norm: float, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per component: B column scale sqrt(sigma) and A row scale (sqrt(sigma), or the RMS A row norm if null)."""
+    top = float(sigma.max()) if sigma.numel() else 0.0
+    alive = sigma > NULL_SIGMA * top if top > 0 else torch.zeros_like(sigma, dtype=torch.bool)
+    root = torch.where(alive, sigma.clamp_min(0).sqrt(), torch.zeros_like(sigma))
+    idle = math.sqrt(a_sq_norm / rank) if rank else 0.0
+    return root, torch.where(alive, root, torch.full_like(sigma, idle))
+
+
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float32)
+
+
+def _finish(parent: Adapter, factors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Child tensors in the parent's key order and dtypes."""
+    return {key: factors[key].to(parent[key].dtype).contiguous() for key in parent}
+
+
+def _each_slot(parent: Adapter) -> list[tuple[Slot, torch.Tensor, torch.Tensor]]:
+    return [(slot, parent[slot.a_key].detach().float(), parent[slot.b_key].detach().float()) for slot in find_slots(parent)]
+
+
+# ---------------------------------------------------------------------------------------------- mutations
+
+
+def perturb_singular_values(parent: Adapter, strength: float = 0.1, generator: torch.Generator | None = None) -> Child:
+    """Log-normal singular values: sigma_j' = sigma_j exp(strength z_j), z ~ N(0, I_r); U and V unchanged.
+
+    relative change = ||sigma' - sigma|| / ||sigma||.
+    """
+    strength = check_strength("perturb_singular_values", strength)
+    factors, report = {}, {}
+    with torch.no_grad():
+        items = _each_slot(parent)
+        svds = factored_svds([([b], [a.mT], None) for _, a, b in items])
+        for (slot, a, b), svd in zip(items, svds):
+            z = _randn((a.shape[0],), generator, svd.sigma.device, torch.float64)
+            sigma = svd.sigma * torch.exp(strength * z)
+            b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], a.shape[0])
+            factors[slot.b_key] = b @ _f32(svd.left * b_scale[None, :])
+            factors[slot.a_key] = _f32(svd.right * a_scale[None, :]).mT @ a
+            change = _ratio(float(torch.linalg.vector_norm(sigma - svd.sigma)), float(torch.linalg.vector_norm(svd.sigma)))
+            report[slot.name] = {"relative_change": change}
+    return Child(_finish(parent, factors), "perturb_singular_values", strength, report)
+
+
+def _outside_span(tall: torch.Tensor, coef: torch.Tensor, k: int, generator: torch.Generator | None) -> torch.Tensor:
+    """W0 = (I - P) G for a Gaussian G (d x k), P the orthogonal projector onto span(tall @ coef)."""
+    g = _randn((tall.shape[0], k), generator, tall.device)
+    return g - tall @ _f32(coef @ (coef.mT @ (tall.mT @ g).double()))
+
+
+def rotate_subspace(
+    parent: Adapter,
+    strength: float = 0.1,
+    generator: torch.Generator | None = None,
+    side: Literal["input", "output", "both", "random"] = "random",
+) -> Child:
+    """Move singular vectors out of their span by the angle ``strength`` (radians); singular values unchanged.
+
+    A Grassmann step per slot: v_j' = cos(theta) v_j + sin(theta) w_j with W an orthonormal basis of a random
+    subspace orthogonal to span(V) (input side, the rows of A), likewise for U (output side, the columns of B).
+    ``side='random'`` picks one side per slot. Rotating k = min(r, d - r) components (all r when d >= 2r):
+    relative change^2 = sum_j 2(1 - cos theta) sigma_j^2 / ||sigma||^2 for one side, 2 sin^2(theta) sigma_j^2 for both.
+    (Rotating U_m and V_m inside the r x r core would be a no-op on the spans: (B R)(R^T A) = B A.)
+    """
+    strength = check_strength("rotate_subspace", strength)
+    if side not in ("input", "output", "both", "random"):
+        raise ValueError(f"rotate_subspace: side must be 'input', 'output', 'both' or 'random', got {side!r}")
+    cos, sin = math.cos(strength), math.sin(strength)
+    where = _gen_device(generator)
+    factors, report = {}, {}
+    with torch.no_grad():
+        items = _each_slot(parent)
+        svds = factored_svds([([b], [a.mT], None) for _, a, b in items])
+        # phase 1: per slot, the side(s), the moved components and the raw directions W0 outside the span
+        plans, directions = [], []
+        for (slot, a, b), svd in zip(items, svds):
+            rank, d_out, d_in = a.shape[0], b.shape[0], a.shape[1]
+            slot_side = side
+            if side == "random":
+                slot_side = ("input", "output")[int(torch.randint(2, (1,), generator=generator, device=where))]
+            sides = ("input", "output") if slot_side == "both" else (slot_side,)
+            k = max(0, min([rank] + [(d_in if s == "input" else d_out) - rank for s in sides]))
+            if k == rank:
+                moved = torch.arange(rank)
+            else:
+                moved = torch.randperm(rank, generator=generator, device=where)[:k].sort().values
+            slot_dirs = {}
+            if k > 0 and "input" in sides:
+                slot_dirs["input"] = len(directions)
+                directions.append(_outside_span(a.mT, svd.right, k, generator))
+            if k > 0 and "output" in sides:
+                slot_dirs["output"] = len(directions)
+                directions.append(_outside_span(b, svd.left, k, generator))
+            plans.append((slot_side, sides, k, moved.to(svd.sigma.device), slot_dirs))
+        # phase 2: orthonormalise every W0 at once (W = W0 R^+), then rebuild balanced factors
+        roots = gram_roots([[w0] for w0 in directions])
+        for (slot, a, b), svd, (slot_side, sides, k, moved, slot_dirs) in zip(items, svds, plans):
+            rank = a.shape[0]
+            turn = torch.ones(rank, dtype=torch.float64, device=svd.sigma.device)
+            turn[moved] = cos
+            b_scale, a_scale = _factor_scales(svd.sigma, svd.y_root.block_sq_norms[0], rank)
+            # A' = diag(a) V'^T and B' = U' diag(b), with V' = V C + W S on the moved columns (U' likewise)
+            new_a = _f32(svd.right * (a_scale * (turn if "input" in sides else 1.0))[None, :]).mT @ a
+            new_b = b @ _f32(svd.left * (b_scale * (turn if "output" in sides else 1.0))[None, :])
+            if "input" in slot_dirs:
+                i = slot_dirs["input"]
+                mix = torch.zeros(rank, k, dtype=torch.float64, device=svd.sigma.device)
+                mix[moved] = (a_scale[moved] * sin)[:, None] * roots[i].pinv.mT
+                new_a = torch.addmm(new_a, _f32(mix), directions[i].mT)
+            if "output" in slot_dirs:
+                i = slot_dirs["output"]
+                mix = torch.zeros(k, rank, dtype=torch.float64, device=svd.sigma.device)
+                mix[:, moved] = roots[i].pinv * (b_scale[moved] * sin)[None, :]
+                new_b = torch.addmm(new_b, directions[i], _f32(mix))
+            factors[slot.a_key], factors[slot.b_key] = new_a, new_b
+            per_component = 2 * sin**2 if len(sides) == 2 else 2 * (1 - cos)
+            sq = svd.sigma.square()
+            change = _ratio(math.sqrt(per_component * float(sq[moved].sum())), math.sqrt(float(sq.sum())))
+            report[slot.name] = {"relative_change": change, "rotated": float(k), "side": slot_side}
+    return Child(_finish(parent, factors), "rotate_subspace", strength, report)
+
+
+def gaussian_noise(parent: Adapter, strength: float = 0.1, generator: torch.Generator | None = None) -> Child:
+    """A' = A + strength rms(A) N, B' = B + strength rms(B) N (N ~ N(0, 1) per entry, rms = ||T||_F / sqrt(numel)).
+
+    Factors stay in the parent's gauge. The relative change is exact, from r x r Gram blocks:
+    B'A' - BA = [B, dB] K [A; dA] with K = [[0, I], [I, I]], so ||.||_F^2 = tr(K^T G_X K G_Y).
+    """
+    strength = check_strength("gaussian_noise", strength)
+    factors, grams = {}, []
+    with torch.no_grad():
+        items = _each_slot(parent)
+        for slot, a, b in items:
+            noise_a = _randn(tuple(a.shape), generator, a.device).mul_(strength * float(a.norm()) / math.sqrt(a.numel()))
+            noise_b = _randn(tuple(b.shape), generator, b.device).mul_(strength * float(b.norm()) / math.sqrt(b.numel()))
+            factors[slot.a_key], factors[slot.b_key] = a + noise_a, b + noise_b
+            grams.append((block_gram([b, noise_b], torch.float32), block_gram([a.mT, noise_a.mT], torch.float32)))
+        report = {}
+        by_rank: dict[tuple, list[int]] = {}
+        for i, (gx, _) in enumerate(grams):
+            by_rank.setdefault((gx.shape[0], gx.device), []).append(i)
+        for (size, device), indices in by_rank.items():
+            rank = size // 2
+            gx = torch.stack([grams[i][0] for i in indices])
+            gy = torch.stack([grams[i][1] for i in indices])
+            eye = torch.eye(rank, dtype=torch.float64, device=device)
+            k = torch.cat([torch.cat([torch.zeros_like(eye), eye], 1), torch.cat([eye, eye], 1)], 0)
+            diff_sq = ((k.mT @ gx @ k) * gy).sum((1, 2)).clamp_min(0).sqrt().tolist()
+            base_sq = (gx[:, :rank, :rank] * gy[:, :rank, :rank]).sum((1, 2)).clamp_min(0).sqrt().tolist()
+            for i, num, den in zip(indices, diff_sq, base_sq):
+                report[items[i][0].name] = {"relative_change": _ratio(num, den)}
+    report = {slot.name: report[slot.name] for slot, _, _ in items}
+    return Child(_finish(parent, factors), "gaussian_noise", strength, report)
+
+
+# --------------------------------------------------------------------------------------------- crossovers
+
+
+def swap_slots(
+    a: Adapter,
+    b: Adapter,
+    generator: torch.Generator | None = None,
+    mode: Literal["slots", "layers"] = "slots",
+) -> Child:
+    """Each slot's (A, B) pair is copied whole from one parent, so each slot's Delta W is exactly one parent's.
+
+    ``mode='slots'``: a fair coin per slot. ``mode='layers'``: one contiguous block of layers (every module in
+    them) comes from parent b, the rest from a (slots without a layer index in their key get a coin).
+    The report gives ``source`` ('a' or 'b') and ``relative_change`` 0 (to the parent it came from).
+    """
+    if mode not in ("slots", "layers"):
+        raise ValueError(f"swap_slots: mode must be 'slots' or 'layers', got {mode!r}")
+    slots = check_same_layout(a, b)
+    where = _gen_device(generator)
+    from_b = [bool(c) for c in torch.randint(2, (len(slots),), generator=generator, device=where).tolist()]
+    if mode == "layers":
+        layers = sorted({s.layer for s in slots if s.layer is not None})
+        if layers:
+            start = int(torch.randint(len(layers), (1,), generator=generator, device=where))
+            length = int(torch.randint(1, max(2, len(layers)), (1,), generator=generator, device=where))
+            block = set(layers[start : start + length])
+            from_b = [(s.layer in block) if s.layer is not None else coin for s, coin in zip(slots, from_b)]
+    factors, report = {}, {}
+    for slot, take_b in zip(slots, from_b):
+        source = b if take_b else a
+        factors[slot.a_key] = source[slot.a_key].detach().clone()
+        factors[slot.b_key] = source[slot.b_key].detach().clone()
+        report[slot.name] = {"relative_change": 0.0, "source": "b" if take_b else "a"}
+    return Child(_finish(a, factors), "swap_slots", 0.0, report)
+
+
+def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Generator | None = None) -> Child:
+    """Best rank-r approximation (Eckart-Young) of w dW_a + (1 - w) dW_b, from the concatenated factors.
+
+    s (w B_a A_a + (1-w) B_b A_b) = s [B_a, B_b] diag(w I, (1-w) I) [A_a; A_b] has rank <= 2r; its thin SVD
+    truncated to the top r components gives the child. Per slot the report holds
+    ``truncation_error`` = ||sigma_{r+1..2r}|| / ||sigma|| (relative to the blend), ``relative_change_a``/``_b``
+    (to each parent) and ``relative_change`` = the smaller one. Deterministic: ``generator`` is unused.
+    """
+    weight = check_strength("blend_svd", weight)
+    slots = check_same_layout(a, b)
+    factors, report = {}, {}
+    with torch.no_grad():
+        pairs = []
+        for slot in slots:
+            pairs.append((slot, a[slot.a_key].detach().float(), a[slot.b_key].detach().float(),
+                          b[slot.a_key].detach().float(), b[slot.b_key].detach().float()))
+        products = []
+        for _, a_a, b_a, a_b, b_b in pairs:
+            ones = torch.ones(a_a.shape[0], dtype=torch.float64)
+            products.append(([b_a, b_b], [a_a.mT, a_b.mT], torch.cat([weight * ones, (1 - weight) * ones])))
+        svds = factored_svds(products)
+        for (slot, a_a, b_a, a_b, b_b), svd in zip(pairs, svds):
+            rank = a_a.shape[0]
+            sigma = svd.sigma[:rank]
+            b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], rank)
+            left = _f32(svd.left[:, :rank] * b_scale[None, :])
+            right = _f32(svd.right[:, :rank] * a_scale[None, :])
+            factors[slot.b_key] = torch.addmm(b_a @ left[:rank], b_b, left[rank:])
+            factors[slot.a_key] = torch.addmm(right[:rank].mT @ a_a, right[rank:].mT, a_b)
+            kept = sigma.where(b_scale > 0, torch.zeros_like(sigma))
+            child_core = (svd.core_u[:, :rank] * kept[None, :]) @ svd.core_v[:, :rank].mT
+            ones = torch.ones(rank, dtype=torch.float64, device=child_core.device)
+            changes = []
+            for mask in (torch.cat([ones, 0 * ones]), torch.cat([0 * ones, ones])):
+                parent_core = svd.core_of(mask, 1.0)
+                changes.append(_ratio(float(torch.linalg.matrix_norm(child_core - parent_core)), float(torch.linalg.matrix_norm(parent_core))))
+            report[slot.name] = {
+                "relative_change": min(changes),
+                "relative_change_a": changes[0],
+                "relative_change_b": changes[1],
+                "truncation_error": _ratio(float(torch.linalg.vector_norm(svd.sigma[rank:])), float(torch.linalg.vector_norm(svd.sigma))),
+            }
+    return Child(_finish(a, factors), "blend_svd", weight, report)
+
+
+def clone(parent: Adapter, generator: torch.Generator | None = None) -> Child:
+    """An exact copy (the replacement policy's last resort when every mutation moved too far)."""
+    slots = find_slots(parent)
+    factors = {key: tensor.detach().clone() for key, tensor in parent.items()}
+    return Child(_finish(parent, factors), "clone", 0.0, {slot.name: {"relative_change": 0.0} for slot in slots})
+
+
+Mutation = Callable[..., Child]
+Crossover = Callable[..., Child]
+
+MUTATIONS: dict[str, Mutation] = {
+    "perturb_singular_values": perturb_singular_values,
+    "rotate_subspace": rotate_subspace,
+    "gaussian_noise": gaussian_noise,
+}
+CROSSOVERS: dict[str, Crossover] = {
+    "swap_slots": swap_slots,
+    "blend_svd": blend_svd,
+}
+OPERATORS: Mapping[str, Callable[..., Child]] = {**MUTATIONS, **CROSSOVERS}

@@ -1,0 +1,307 @@
+"""Replace the weakest member of each sub-population by an evolved child of strong parents.
+
+Truncation selection with quantile 1/N (PBT's exploit step), where the explore step acts in weight space.
+Every ``period`` steps, per role ('teacher', 'student'):
+
+1. **victim** = argmin of the conservative rating mu - 3 sigma over the members outside their protection
+   window (a child is protected for ``protection_steps`` steps after birth, so a high-sigma newcomer is not
+   culled on noise);
+2. **operator** drawn with the configured weights (a crossover only when two distinct parents exist;
+   with no feasible operator the child is a clone);
+3. **parents**: tournament winners (best conservative rating among ``tournament_size`` members drawn at
+   random from everyone but the victim; the second parent of a crossover from the rest);
+4. **child** = operator(parents, strength). A child whose largest per-slot relative change of Delta W
+   exceeds ``max_relative_change`` (or, for blend_svd, whose truncation error exceeds
+   ``max_truncation_error``) is rejected and rebuilt with half the strength (blend: the weight moves
+   halfway to the nearer parent), up to ``max_retries`` times; then swap_slots (two parents) or a clone;
+5. the child takes the victim's place: mu = mean of its parents' mu, sigma = ``sigma_reset``; the learner
+   gives it a fresh optimizer state. A lineage record keeps id, parents, operator, strength, step and
+   relative change.
+
+The three calls can run in different processes: ``select`` and ``commit`` where the league lives,
+``make_child`` where the adapters live. ``evolve`` chains them in one process.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from evolution import operators as ops
+from evolution.adapter_slots import Adapter
+from evolution.league import League
+
+STATE_VERSION = 1
+SUB_POPULATIONS = ("teacher", "student")
+
+DEFAULT_OPERATORS: dict[str, dict[str, float]] = {
+    "perturb_singular_values": {"weight": 1.0, "strength": 0.1},
+    "rotate_subspace": {"weight": 1.0, "strength": 0.1},
+    "gaussian_noise": {"weight": 0.5, "strength": 0.05},
+    "swap_slots": {"weight": 1.0, "strength": 0.0},
+    "blend_svd": {"weight": 1.0, "strength": 0.5},
+}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Who is replaced, by a child of whom, made how."""
+
+    role: str
+    victim: str
+    parents: tuple[str, ...]
+    operator: str
+    strength: float
+    step: int
+
+
+@dataclass
+class Offspring:
+    """The accepted child and every attempt that led to it (operator, strength, changes, accepted)."""
+
+    child: ops.Child
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class LineageRecord:
+    id: str
+    role: str
+    parents: list[str]
+    operator: str
+    strength: float
+    step: int
+    relative_change: float
+    mean_relative_change: float
+    truncation_error: float | None
+    victim: str
+    mu: float
+    sigma: float
+    attempts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LineageRecord":
+        return cls(**{**data, "parents": list(data["parents"])})
+
+
+def _operator_table(spec: Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
+    """Normalise {name: {"weight", "strength"}} (dicts or objects with those attributes) and check it."""
+    if spec is None:
+        return {name: dict(v) for name, v in DEFAULT_OPERATORS.items()}
+    table = {}
+    for name, value in spec.items():
+        if name not in ops.OPERATORS:
+            raise ValueError(f"unknown evolution operator {name!r}; valid: {list(ops.OPERATORS)}")
+        weight = value["weight"] if isinstance(value, Mapping) else getattr(value, "weight")
+        strength = value["strength"] if isinstance(value, Mapping) else getattr(value, "strength")
+        if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0):
+            raise ValueError(f"{name}: weight must be a finite number >= 0, got {weight!r}")
+        table[name] = {"weight": float(weight), "strength": ops.check_strength(name, strength)}
+    if not any(v["weight"] > 0 for v in table.values()):
+        raise ValueError("every evolution operator weight is 0")
+    return table
+
+
+class ReplacementPolicy:
+    """When to evolve, whom to replace, with which child (see module docstring)."""
+
+    def __init__(
+        self,
+        period: int = 10,
+        operators: Mapping[str, Any] | None = None,
+        protection_steps: int = 10,
+        tournament_size: int = 2,
+        max_relative_change: float = 0.5,
+        sigma_reset: float = 25.0 / 6,
+        max_retries: int = 3,
+        max_truncation_error: float = 0.5,
+        seed: int = 0,
+        enabled: bool = True,
+    ) -> None:
+        checks = [
+            (isinstance(period, int) and period >= 1, f"period must be an int >= 1, got {period!r}"),
+            (isinstance(protection_steps, int) and protection_steps >= 0, f"protection_steps must be an int >= 0, got {protection_steps!r}"),
+            (isinstance(tournament_size, int) and tournament_size >= 1, f"tournament_size must be an int >= 1, got {tournament_size!r}"),
+            (max_relative_change > 0, f"max_relative_change must be > 0, got {max_relative_change!r}"),
+            (max_truncation_error > 0, f"max_truncation_error must be > 0, got {max_truncation_error!r}"),
+            (sigma_reset > 0 and math.isfinite(sigma_reset), f"sigma_reset must be > 0, got {sigma_reset!r}"),
+            (isinstance(max_retries, int) and max_retries >= 0, f"max_retries must be an int >= 0, got {max_retries!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"ReplacementPolicy: {message}")
+        self.config: dict[str, Any] = {
+            "period": period, "operators": _operator_table(operators), "protection_steps": protection_steps,
+            "tournament_size": tournament_size, "max_relative_change": float(max_relative_change),
+            "sigma_reset": float(sigma_reset), "max_retries": max_retries,
+            "max_truncation_error": float(max_truncation_error), "seed": int(seed), "enabled": bool(enabled),
+        }
+        self.lineage: list[LineageRecord] = []
+        self._children = 0
+        self._rng = random.Random(seed)
+
+    # ------------------------------------------------------------------------------------------ schedule
+
+    def due(self, step: int) -> bool:
+        """True every ``period`` steps (never at step 0, never when disabled)."""
+        return self.config["enabled"] and step > 0 and step % self.config["period"] == 0
+
+    def protected(self, member_id: str, step: int) -> bool:
+        """Born (as a child) fewer than ``protection_steps`` steps before ``step``."""
+        born = [r.step for r in self.lineage if r.id == member_id]
+        return bool(born) and step - born[-1] < self.config["protection_steps"]
+
+    # ------------------------------------------------------------------------------------------ selection
+
+    def select(self, league: League, role: str, step: int) -> Selection | None:
+        """The victim, parents and operator for ``role``; None when nobody can be replaced."""
+        if role not in SUB_POPULATIONS:
+            raise ValueError(f"role must be one of {SUB_POPULATIONS}, got {role!r}")
+        pool = [m for m in league.members(role) if league.member(m).role == role]
+        unprotected = [m for m in pool if not self.protected(m, step)]
+        if len(pool) < 2 or not unprotected:
+            return None
+        victim = min(unprotected, key=lambda m: (league.rating(m).conservative, m))
+        others = [m for m in pool if m != victim]
+        operator, strength = self._draw_operator(two_parents=len(others) >= 2)
+        parents = [self._tournament(league, others)]
+        if operator in ops.CROSSOVERS:
+            parents.append(self._tournament(league, [m for m in others if m != parents[0]]))
+        return Selection(role, victim, tuple(parents), operator, strength, step)
+
+    def _draw_operator(self, two_parents: bool) -> tuple[str, float]:
+        table = self.config["operators"]
+        feasible = [n for n, v in table.items() if v["weight"] > 0 and (two_parents or n in ops.MUTATIONS)]
+        if not feasible:
+            return "clone", 0.0
+        name = self._rng.choices(feasible, weights=[table[n]["weight"] for n in feasible])[0]
+        return name, table[name]["strength"]
+
+    def _tournament(self, league: League, candidates: Sequence[str]) -> str:
+        drawn = self._rng.sample(list(candidates), min(self.config["tournament_size"], len(candidates)))
+        return max(drawn, key=lambda m: (league.rating(m).conservative, m))
+
+    # ------------------------------------------------------------------------------------------ the child
+
+    def make_child(self, selection: Selection, parents: Sequence[Adapter], generator: torch.Generator | None = None) -> Offspring:
+        """Apply the selected operator to the parents' adapters (in ``selection.parents`` order), with rejection."""
+        if len(parents) != len(selection.parents):
+            raise ValueError(f"{selection.operator} was selected with {len(selection.parents)} parent(s), got {len(parents)} adapter(s)")
+        name, strength = selection.operator, selection.strength
+        attempts: list[dict[str, Any]] = []
+        shrinkable = ("perturb_singular_values", "rotate_subspace", "gaussian_noise", "blend_svd")
+        for _ in range(self.config["max_retries"] + 1):
+            child = self._apply(name, strength, parents, generator)
+            accepted = self._acceptable(child)
+            attempts.append({**child.summary(), "accepted": accepted})
+            if accepted:
+                return Offspring(child, attempts)
+            if name not in shrinkable:
+                break
+            strength = self._shrink(name, strength)
+        child = self._apply("swap_slots" if len(parents) == 2 else "clone", 0.0, parents, generator)
+        attempts.append({**child.summary(), "accepted": True})
+        return Offspring(child, attempts)
+
+    @staticmethod
+    def _apply(name: str, strength: float, parents: Sequence[Adapter], generator: torch.Generator | None) -> ops.Child:
+        if name == "clone":
+            return ops.clone(parents[0])
+        if name == "swap_slots":
+            return ops.swap_slots(parents[0], parents[1], generator=generator)
+        if name == "blend_svd":
+            return ops.blend_svd(parents[0], parents[1], weight=strength, generator=generator)
+        return ops.MUTATIONS[name](parents[0], strength=strength, generator=generator)
+
+    def _acceptable(self, child: ops.Child) -> bool:
+        change = child.max_relative_change
+        truncation = child.max_truncation_error
+        return (math.isfinite(change) and change <= self.config["max_relative_change"]
+                and (truncation is None or truncation <= self.config["max_truncation_error"]))
+
+    @staticmethod
+    def _shrink(name: str, strength: float) -> float:
+        if name == "blend_svd":  # halfway to the nearer parent (weight 1 is parent a, 0 parent b)
+            return 1 - (1 - strength) / 2 if strength >= 0.5 else strength / 2
+        return strength / 2
+
+    # ------------------------------------------------------------------------------------------ commit
+
+    def commit(self, league: League, selection: Selection, offspring: Offspring, child_id: str | None = None) -> LineageRecord:
+        """Put the child in the victim's place in the league and append its lineage record."""
+        for member_id in (selection.victim, *selection.parents):
+            if member_id not in league:
+                raise ValueError(f"{member_id!r} of this selection is no longer in the league")
+        if child_id is None:
+            child_id = self._new_id(league, selection.role)
+        if child_id in league:
+            raise ValueError(f"child id {child_id!r} is already a league member")
+        mu = sum(league.rating(p).mu for p in selection.parents) / len(selection.parents)
+        league.remove_member(selection.victim)
+        league.add_member(child_id, selection.role, parent=selection.parents[0], mu=mu, sigma=self.config["sigma_reset"])
+        self._children += 1
+        child = offspring.child
+        record = LineageRecord(
+            id=child_id, role=selection.role, parents=list(selection.parents), operator=child.operator,
+            strength=child.strength, step=selection.step, relative_change=child.max_relative_change,
+            mean_relative_change=child.mean_relative_change, truncation_error=child.max_truncation_error,
+            victim=selection.victim, mu=mu, sigma=self.config["sigma_reset"], attempts=len(offspring.attempts),
+        )
+        self.lineage.append(record)
+        return record
+
+    def _new_id(self, league: League, role: str) -> str:
+        n = self._children + 1
+        while f"{role}-{n}" in league or any(r.id == f"{role}-{n}" for r in self.lineage):
+            n += 1
+        return f"{role}-{n}"
+
+    def evolve(
+        self, league: League, role: str, step: int, adapters: Mapping[str, Adapter], generator: torch.Generator | None = None
+    ) -> tuple[LineageRecord, ops.Child] | None:
+        """select + make_child + commit in one process; ``adapters`` maps member id -> state dict."""
+        selection = self.select(league, role, step)
+        if selection is None:
+            return None
+        missing = [p for p in selection.parents if p not in adapters]
+        if missing:
+            raise KeyError(f"no adapter for parent(s) {missing}")
+        offspring = self.make_child(selection, [adapters[p] for p in selection.parents], generator)
+        return self.commit(league, selection, offspring), offspring.child
+
+    # ------------------------------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-ready state (config, lineage, RNG); ``load_state_dict`` restores it exactly."""
+        version, internal, gauss = self._rng.getstate()
+        return {
+            "version": STATE_VERSION,
+            "config": {**self.config, "operators": {k: dict(v) for k, v in self.config["operators"].items()}},
+            "lineage": [r.to_dict() for r in self.lineage],
+            "children": self._children,
+            "rng": [version, list(internal), gauss],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"replacement state version {state.get('version')!r} is not {STATE_VERSION}")
+        fresh = ReplacementPolicy(**state["config"])
+        self.config = fresh.config
+        self.lineage = [LineageRecord.from_dict(r) for r in state["lineage"]]
+        self._children = int(state["children"])
+        version, internal, gauss = state["rng"]
+        self._rng.setstate((version, tuple(internal), gauss))
+
+    @classmethod
+    def from_state_dict(cls, state: Mapping[str, Any]) -> "ReplacementPolicy":
+        policy = cls(**state["config"])
+        policy.load_state_dict(state)
+        return policy

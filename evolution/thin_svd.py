@@ -1,0 +1,226 @@
+"""SVD of a low-rank product s * X D Y^T straight from its factors, never forming the d_out x d_in matrix.
+
+For one LoRA slot X = B (d_out x r), Y = A^T (d_in x r), D = I:
+
+    B = Q_b R_b,  A^T = Q_a R_a                (thin QR, Q orthonormal, R r x r)
+    s R_b R_a^T = U_m diag(sigma) V_m^T        (SVD of the r x r core)
+    Delta W = s B A = (Q_b U_m) diag(sigma) (Q_a V_m)^T
+
+costs O((d_in + d_out) r^2) instead of the O(d_out d_in min(d_out, d_in)) of a dense SVD. A blend of two
+slots is the same computation on concatenated factors: w s B_a A_a + (1 - w) s B_b A_b =
+s [B_a, B_b] diag(w I, (1 - w) I) [A_a; A_b], of rank <= 2r.
+
+How R is computed (``gram_roots``): R only matters through R^T R = X^T X, so we take the Gram matrix
+(one matrix product; on CPU tall-skinny Householder QR is memory bound and ~10x slower) and
+
+- usually R = L^T from its Cholesky factor (Cholesky-QR): Q = X R^-1 is orthonormal up to about
+  eps32 * kappa(X)^2, so this path is taken only while that (estimated by power iteration, with a margin)
+  stays below ``ORTHONORMALITY_TOL``;
+- otherwise R = Lambda^{1/2} W^T from X^T X = W Lambda W^T, the Gram recomputed in float64 when float32
+  cannot resolve it, and directions with lambda_i <= NULL_TOL * lambda_max (singular values below 1e-6 of
+  the largest, e.g. B = 0 of a fresh PEFT adapter) cut as null: they carry no part of Delta W and get
+  Q columns of zero.
+
+The small r x r factorisations run in float64, batched over slots. ``householder_svd`` is the textbook
+route (torch.linalg.qr in float64), kept as a reference for tests and the benchmark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import math
+
+import torch
+
+FP32_EPS = torch.finfo(torch.float32).eps
+ORTHONORMALITY_TOL = 1e-4
+NULL_TOL = 1e-12
+KAPPA_MARGIN = 4.0
+
+
+@dataclass
+class GramRoot:
+    """X = Q R for X = [X_1, ..., X_m] (tall blocks), with R and its pseudo-inverse in float64.
+
+    ``block_sq_norms[i]`` is ||X_i||_F^2 (the trace of its diagonal Gram block).
+    """
+
+    root: torch.Tensor
+    pinv: torch.Tensor
+    block_sq_norms: list[float]
+
+
+def block_gram(blocks: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """[X_1, ..., X_m]^T [X_1, ..., X_m] in float64, multiplied in ``dtype`` block by block (no concatenation)."""
+    cast = [x.to(dtype) for x in blocks]
+    rows = []
+    for i, x in enumerate(cast):
+        row = []
+        for j, y in enumerate(cast):
+            # only the upper blocks are multiplied; the lower ones are their transposes
+            row.append(x.mT @ y if j >= i else None)
+        rows.append(row)
+    for i in range(len(cast)):
+        for j in range(i):
+            rows[i][j] = rows[j][i].mT
+    return torch.cat([torch.cat(row, dim=1) for row in rows], dim=0).to(torch.float64)
+
+
+def _group_by_shape(mats: Sequence[torch.Tensor]) -> dict[tuple, list[int]]:
+    groups: dict[tuple, list[int]] = {}
+    for i, m in enumerate(mats):
+        groups.setdefault((tuple(m.shape), m.device), []).append(i)
+    return groups
+
+
+def _kappa_squared(gram: torch.Tensor, chol: torch.Tensor, iterations: int = 12) -> torch.Tensor:
+    """Power-iteration estimate of kappa(X)^2 = lambda_max(G) * lambda_max(G^-1) for a batch of Grams.
+
+    An estimate from below (Rayleigh quotients), so callers keep a safety margin; deterministic start.
+    """
+    k = gram.shape[-1]
+    start = 1.0 + 0.5 * torch.cos(torch.arange(k, dtype=gram.dtype, device=gram.device))
+    x = start.expand(gram.shape[0], k).unsqueeze(-1).contiguous()
+    y = x.clone()
+    for _ in range(iterations):
+        x = gram @ x
+        x = x / x.norm(dim=1, keepdim=True)
+        y = torch.cholesky_solve(y, chol)
+        y = y / y.norm(dim=1, keepdim=True)
+    top = (x.mT @ gram @ x).flatten()
+    inv_top = (y.mT @ torch.cholesky_solve(y, chol)).flatten()
+    return top * inv_top
+
+
+def _eigen_roots(grams: torch.Tensor, block_lists: Sequence[Sequence[torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R, R^+) from G = W Lambda W^T (R = Lambda^{1/2} W^T), float64 Grams where float32 is not enough."""
+    lam, vec = torch.linalg.eigh(grams)
+    top = lam[:, -1]
+    ill = (top > 0) & (lam[:, 0] * ORTHONORMALITY_TOL < FP32_EPS * top)
+    for pos in ill.nonzero().flatten().tolist():
+        lam[pos], vec[pos] = torch.linalg.eigh(block_gram(block_lists[pos], torch.float64))
+    lam_max = lam[:, -1:].clamp_min(0)
+    alive = (lam > NULL_TOL * lam_max) & (lam_max > 0)
+    sqrt_lam = torch.where(alive, lam.clamp_min(0).sqrt(), torch.zeros_like(lam))
+    inv_sqrt = torch.where(alive, 1.0 / torch.where(alive, sqrt_lam, torch.ones_like(lam)), torch.zeros_like(lam))
+    return sqrt_lam[:, :, None] * vec.mT, vec * inv_sqrt[:, None, :]
+
+
+def gram_roots(block_lists: Sequence[Sequence[torch.Tensor]]) -> list[GramRoot]:
+    """``GramRoot`` of each X = [blocks...] (each block d x r_i, float32 or float64, views allowed).
+
+    Fast path: R = L^T from the Cholesky factor of the float32 Gram when the estimated kappa^2 keeps
+    eps32 kappa^2 (times a margin of ``KAPPA_MARGIN``) below ``ORTHONORMALITY_TOL``. Otherwise the symmetric
+    root from an eigendecomposition, with the Gram recomputed in float64 when float32 cannot resolve it and
+    null directions cut (module docstring). The tall products run one by one; the small r x r
+    factorisations run batched, one LAPACK call per Gram size.
+    """
+    grams = [block_gram(blocks, torch.float32) for blocks in block_lists]
+    roots: list[GramRoot | None] = [None] * len(grams)
+    for indices in _group_by_shape(grams).values():
+        stacked = torch.stack([grams[i] for i in indices])
+        if not torch.isfinite(stacked).all():
+            raise ValueError("LoRA factor holds NaN or Inf values")
+        chol, info = torch.linalg.cholesky_ex(stacked)
+        fast = info == 0
+        if fast.any():
+            fast &= FP32_EPS * KAPPA_MARGIN * _kappa_squared(stacked, chol).nan_to_num(nan=math.inf) <= ORTHONORMALITY_TOL
+        root = chol.mT.clone()
+        eye = torch.eye(root.shape[-1], dtype=root.dtype, device=root.device).expand_as(root)
+        slow = (~fast).nonzero().flatten().tolist()
+        pinv = torch.linalg.solve_triangular(torch.where(fast[:, None, None], root, eye), eye, upper=True)
+        if slow:
+            root[slow], pinv[slow] = _eigen_roots(stacked[slow], [block_lists[indices[p]] for p in slow])
+        for pos, i in enumerate(indices):
+            sizes = [x.shape[1] for x in block_lists[i]]
+            norms = [float(part.sum()) for part in grams[i].diagonal().split(sizes)]
+            roots[i] = GramRoot(root=root[pos], pinv=pinv[pos], block_sq_norms=norms)
+    return roots  # type: ignore[return-value]
+
+
+def gram_root(blocks: Sequence[torch.Tensor]) -> GramRoot:
+    """R with X = Q R for one X = [blocks...]; see module docstring."""
+    return gram_roots([blocks])[0]
+
+
+@dataclass
+class FactoredSVD:
+    """s X D Y^T = U diag(sigma) V^T with U = X @ left and V = Y @ right (float64 coefficient matrices).
+
+    ``core_u``/``core_v`` are the SVD factors of the core s R_x D R_y^T; ``x_root``/``y_root`` the two
+    Gram roots, so other products in the same span can be compared exactly in r-sized coordinates.
+    """
+
+    sigma: torch.Tensor
+    left: torch.Tensor
+    right: torch.Tensor
+    core_u: torch.Tensor
+    core_v: torch.Tensor
+    x_root: GramRoot
+    y_root: GramRoot
+
+    def core_of(self, weights: torch.Tensor, scaling: float) -> torch.Tensor:
+        """The core (in Q_x, Q_y coordinates) of s X diag(weights) Y^T, e.g. one parent of a blend."""
+        return scaling * (self.x_root.root * weights[None, :]) @ self.y_root.root.mT
+
+
+Product = tuple[Sequence[torch.Tensor], Sequence[torch.Tensor], torch.Tensor | None]
+
+
+def factored_svds(products: Sequence[Product], scaling: float = 1.0) -> list[FactoredSVD]:
+    """Thin SVD of each s * [out_blocks] diag(weights) [in_blocks]^T (blocks tall: d x r_i; weights None = 1)."""
+    x_roots = gram_roots([out for out, _, _ in products])
+    y_roots = gram_roots([inp for _, inp, _ in products])
+    cores = []
+    for (_, _, weights), x_root, y_root in zip(products, x_roots, y_roots):
+        scaled = x_root.root if weights is None else x_root.root * weights.to(x_root.root)[None, :]
+        cores.append(scaled)
+    result: list[FactoredSVD | None] = [None] * len(products)
+    for indices in _group_by_shape(cores).values():
+        x_r = torch.stack([cores[i] for i in indices])
+        y_r = torch.stack([y_roots[i].root for i in indices])
+        core_u, sigma, core_vh = torch.linalg.svd(scaling * x_r @ y_r.mT)
+        left = torch.stack([x_roots[i].pinv for i in indices]) @ core_u
+        right = torch.stack([y_roots[i].pinv for i in indices]) @ core_vh.mT
+        for pos, i in enumerate(indices):
+            result[i] = FactoredSVD(sigma[pos], left[pos], right[pos], core_u[pos], core_vh[pos].mT, x_roots[i], y_roots[i])
+    return result  # type: ignore[return-value]
+
+
+def factored_svd(
+    out_blocks: Sequence[torch.Tensor],
+    in_blocks: Sequence[torch.Tensor],
+    weights: torch.Tensor | None = None,
+    scaling: float = 1.0,
+) -> FactoredSVD:
+    """Thin SVD of s * [out_blocks] diag(weights) [in_blocks]^T (each block tall: d x r_i)."""
+    return factored_svds([(out_blocks, in_blocks, weights)], scaling)[0]
+
+
+def thin_svd(a: torch.Tensor, b: torch.Tensor, scaling: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(U, sigma, Vh) of Delta W = s * b @ a for one slot (a: r x d_in, b: d_out x r), float32 U/Vh, float64 sigma.
+
+    Null directions (sigma = 0) come back as zero columns of U / rows of Vh.
+    """
+    svd = factored_svd([b.float()], [a.float().mT], scaling=scaling)
+    u = b.float() @ svd.left.to(torch.float32)
+    vh = (a.float().mT @ svd.right.to(torch.float32)).mT
+    return u, svd.sigma, vh
+
+
+def householder_svd(a: torch.Tensor, b: torch.Tensor, scaling: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Reference route: float64 Householder QR of B and A^T, SVD of the core (U, sigma, Vh in float64)."""
+    q_b, r_b = torch.linalg.qr(b.double())
+    q_a, r_a = torch.linalg.qr(a.double().mT)
+    core_u, sigma, core_vh = torch.linalg.svd(scaling * r_b @ r_a.mT)
+    return q_b @ core_u, sigma, core_vh @ q_a.mT
+
+
+def balanced_factors(
+    u: torch.Tensor, sigma: torch.Tensor, vh: torch.Tensor, scaling: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, B) with s * B @ A = U diag(sigma) Vh and equal factor norms: B = U sqrt(sigma/s), A = sqrt(sigma/s) Vh."""
+    root = (sigma.clamp_min(0) / scaling).sqrt().to(u.dtype)
+    return root[:, None] * vh, u * root[None, :]

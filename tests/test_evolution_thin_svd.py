@@ -1,0 +1,89 @@
+"""Thin SVD from LoRA factors against dense SVDs of Delta W."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from evolution_adapters import dense_svd, principal_cosines
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evolution.thin_svd import balanced_factors, factored_svd, householder_svd, thin_svd
+
+
+def factors(seed: int, rank: int, d_out: int, d_in: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(rank, d_in, generator=gen), torch.randn(d_out, rank, generator=gen)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    rank=st.integers(1, 8),
+    d_out=st.integers(1, 40),
+    d_in=st.integers(1, 40),
+    scaling=st.floats(0.1, 4.0),
+)
+def test_singular_values_and_reconstruction_match_dense(seed, rank, d_out, d_in, scaling):
+    a, b = factors(seed, rank, d_out, d_in)
+    dense = scaling * b.double() @ a.double()
+    u, sigma, vh = thin_svd(a, b, scaling)
+    expected = torch.linalg.svdvals(dense)[: sigma.numel()]
+    k = min(rank, d_out, d_in)
+    top = float(expected[0])
+    assert torch.allclose(sigma[:k], expected[:k], atol=1e-5 * top, rtol=1e-5)
+    assert torch.all(sigma[k:] <= 1e-5 * top)  # beyond min(d_out, d_in) only null directions remain
+    rebuilt = (u.double() * sigma) @ vh.double()
+    assert torch.allclose(rebuilt, dense, atol=1e-5 * top)
+
+
+def test_singular_vectors_span_the_dense_ones():
+    a, b = factors(0, 6, 50, 30)
+    u, sigma, vh = thin_svd(a, b)
+    du, ds, dvh = dense_svd(b.double() @ a.double(), 6)
+    assert torch.allclose(principal_cosines(u.double(), du), torch.ones(6, dtype=torch.float64), atol=1e-5)
+    assert torch.allclose(principal_cosines(vh.double().mT, dvh.mT), torch.ones(6, dtype=torch.float64), atol=1e-5)
+    assert torch.allclose(u.mT @ u, torch.eye(6), atol=1e-5)
+
+
+def test_matches_householder_reference_on_ill_conditioned_factor():
+    # B with singular values from 1 down to 1e-4: kappa^2 eps32 >> 1e-4, so the float64 Gram path is taken
+    gen = torch.Generator().manual_seed(3)
+    q, _ = torch.linalg.qr(torch.randn(64, 8, generator=gen, dtype=torch.float64))
+    b = (q * torch.logspace(0, -4, 8, dtype=torch.float64)).float()
+    a = torch.randn(8, 48, generator=gen)
+    _, sigma, _ = thin_svd(a, b)
+    _, reference, _ = householder_svd(a, b)
+    dense = torch.linalg.svdvals(b.double() @ a.double())[:8]
+    assert torch.allclose(sigma, reference, rtol=1e-6, atol=1e-9)
+    assert torch.allclose(sigma, dense, rtol=1e-6, atol=1e-9)
+
+
+def test_zero_factor_gives_null_directions_not_nan():
+    a, b = factors(1, 4, 12, 10)
+    u, sigma, vh = thin_svd(a, torch.zeros_like(b))
+    assert torch.all(sigma == 0) and torch.isfinite(u).all() and torch.isfinite(vh).all()
+
+
+def test_balanced_factors_rebuild_delta_with_equal_norms():
+    a, b = factors(2, 5, 30, 20)
+    u, sigma, vh = thin_svd(a, b, scaling=2.0)
+    new_a, new_b = balanced_factors(u, sigma.float(), vh, scaling=2.0)
+    assert torch.allclose(2.0 * new_b @ new_a, 2.0 * b @ a, rtol=1e-4, atol=1e-4)
+    assert torch.allclose(new_b.mT @ new_b, new_a @ new_a.mT, atol=1e-3)  # both diag(sigma / s)
+
+
+def test_blend_of_two_products_is_the_weighted_sum():
+    a1, b1 = factors(4, 3, 16, 12)
+    a2, b2 = factors(5, 3, 16, 12)
+    weights = torch.tensor([0.3] * 3 + [0.7] * 3, dtype=torch.float64)
+    svd = factored_svd([b1, b2], [a1.mT, a2.mT], weights)
+    target = 0.3 * b1.double() @ a1.double() + 0.7 * b2.double() @ a2.double()
+    assert torch.allclose(svd.sigma, torch.linalg.svdvals(target)[:6], rtol=1e-5, atol=1e-6)
+
+
+def test_nan_factor_is_a_clear_error():
+    a, b = factors(6, 2, 5, 5)
+    b[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        thin_svd(a, b)
