@@ -4,14 +4,15 @@
 environment holding only ``PYTHONHASHSEED=0``, so every execution, on every machine, hashes strings
 the same way. Two stages:
 
-1. ``confine``: cut the network (``unshare(CLONE_NEWNET)``, a new empty network namespace) and set
-   ``PR_SET_NO_NEW_PRIVS`` through ctypes, then ``execv`` a fresh interpreter for stage 2, so the
-   server itself never holds ctypes.
+1. ``confine``: cut the network (``unshare(CLONE_NEWNET)``, a new empty network namespace; without
+   root inside a new user namespace where the kernel allows one) and set ``PR_SET_NO_NEW_PRIVS``
+   through ctypes, then ``execv`` a fresh interpreter for stage 2.
 2. ``serve``: import every allowed module once, then loop: read requests (JSON lines on stdin),
    fork a child per request, enforce the wall-clock deadline with ``killpg(SIGKILL)``, reap the
    child through a pidfd, write one JSON result line per request on stdout. It exits on EOF.
 
-A child (``_child``) confines itself before it touches the program: new session and process
+A child (``_child``) confines itself before it touches the program: a parent-death signal (no
+run outlives the server), new session and process
 group, stdin/stdout/stderr on /dev/null and every other descriptor closed except its result pipe,
 an empty environment, rlimits (CPU seconds, address space, file size 0, no new processes, few
 descriptors, no core), a fresh empty directory as chroot (as root) or working directory, and
@@ -71,15 +72,15 @@ def _confine_and_exec(root: str, uid_base: int, workers: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     netns = libc.unshare(CLONE_NEWNET) == 0
     if not netns and os.getuid() != 0:
-        netns = _unprivileged_netns(libc)
+        netns = _unprivileged_netns(libc, root)
     nnp = libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
     argv = [sys.executable, *INTERPRETER_FLAGS, "-c", BOOTSTRAP, root, "serve", str(uid_base), str(workers), str(int(netns)), str(int(nnp))]
     os.execv(sys.executable, argv)
 
 
-def _unprivileged_netns(libc) -> bool:
-    """Without root: a new user namespace (mapping only our own uid/gid) that owns a new network
-    namespace. The capabilities it grants are dropped again by the ``execv`` into stage 2."""
+def _enter_user_and_net_namespace(libc, root: str) -> bool:
+    """unshare(CLONE_NEWUSER | CLONE_NEWNET) mapping only our own uid/gid; True when stage 2 can
+    still be started from inside (files of unmapped owners may become unreachable)."""
     uid, gid = os.getuid(), os.getgid()
     if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
         return False
@@ -89,7 +90,20 @@ def _unprivileged_netns(libc) -> bool:
                 fh.write(text)
     except OSError:
         pass  # the namespaces exist either way; without a map our uid reads as the overflow uid
-    return True
+    return os.access(sys.executable, os.X_OK) and os.access(os.path.join(root, "verifier", "forkserver.py"), os.R_OK)
+
+
+def _unprivileged_netns(libc, root: str) -> bool:
+    """Without root: a new user namespace that owns a new network namespace. Tried first in a
+    throwaway child, because entering it cannot be undone. The capabilities the user namespace
+    grants are dropped again by the ``execv`` into stage 2 (our uid is not 0 in it)."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if _enter_user_and_net_namespace(libc, root) else 1)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return _enter_user_and_net_namespace(libc, root)
+    return False
 
 
 def _load_prctl():

@@ -50,6 +50,9 @@ class Task:
         check_family(self.family)
         if not isinstance(self.program, str):
             raise TypeError(f"Task.program must be str, got {type(self.program).__name__}")
+        for name in ("inputs", "outputs"):
+            if not isinstance(getattr(self, name), (list, tuple)):
+                raise TypeError(f"Task.{name} must be a list of strings, got {type(getattr(self, name)).__name__}")
         self.inputs = [str(i) for i in self.inputs]
         self.outputs = [str(o) for o in self.outputs]
         if len(self.inputs) != len(self.outputs):
