@@ -229,8 +229,9 @@ def test_infinite_loop_times_out(verifier):
         "def f(a):\n    return len(bytearray(2 ** 40))",
     ],
 )
-def test_memory_bombs_hit_the_memory_limit(verifier, program):
-    assert run(verifier, program).status is Status.MEMORY_LIMIT
+def test_memory_bombs_hit_the_memory_limit(program):
+    with Verifier(timeout_s=10.0, memory_mb=128, workers=2) as v:  # generous time: filling memory takes a while on a busy machine
+        assert run(v, program).status is Status.MEMORY_LIMIT
 
 
 @pytest.mark.parametrize(
@@ -448,6 +449,8 @@ def test_os_layer_ignoring_signals_or_raising_limits_still_times_out(os_layer):
 
 def test_os_layer_memory_bomb(os_layer):
     assert run(os_layer, "def f(a):\n    return len(bytearray(2 ** 34))").status is Status.MEMORY_LIMIT
+    assert run(os_layer, "def f(a):\n    return len(bytearray(300 * 2 ** 20))").status is Status.MEMORY_LIMIT  # over 256 MB
+    assert run(os_layer, "def f(a):\n    return len(bytearray(100 * 2 ** 20))").output == str(100 * 2**20)
 
 
 # --- the verifier keeps serving ---------------------------------------------------------------

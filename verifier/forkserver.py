@@ -17,7 +17,7 @@ group, stdin/stdout/stderr on /dev/null and every other descriptor closed except
 an empty environment, rlimits (CPU seconds, address space, file size 0, no new processes, few
 descriptors, no core), a fresh empty directory as chroot (as root) or working directory, and
 privileges dropped to an unprivileged uid of its own (as root). Then it runs the program with the
-Python-level guards of ``verifier.guard`` and writes ``{"status", "output", "error"}`` to the pipe.
+Python-level guards of ``verifier.guard`` and writes ``status NUL error NUL output`` to the pipe.
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ CHILD_FDS = 8
 BAD_EXIT = 70
 PREPARED: tuple[dict, list[str]] = ({}, [])  # guarded builtins and the violations list, set by the server
 PR_SET_PDEATHSIG = 1
+CHILD_STATUSES = frozenset(
+    {"ok", "no_entry_function", "forbidden", "runtime_error", "memory_limit", "output_too_large", "bad_output", "crashed"}
+)
 PRCTL = None  # libc prctl, set by the server
 
 
@@ -148,10 +151,7 @@ def _confine_child(workdir: str, uid: int, cpu_s: int, address_space: int) -> di
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.closerange(RESULT_FD + 1, 1 << 20)
-    os.environ.clear()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past RLIMIT_FSIZE fails with EFBIG instead
+    # the environment was emptied and the signal dispositions set once in the server (``main``)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     _set_limit(resource.RLIMIT_AS, address_space)
     _set_limit(resource.RLIMIT_FSIZE, 0)
@@ -243,13 +243,14 @@ def _child(request: dict, result_fd: int, workdir: str, uid: int, address_space:
         cpu_s = int(math.ceil(request["timeout_s"])) + 1
         report = _confine_child(workdir, uid, cpu_s, address_space)
         if request.get("probe"):
-            message = {"status": "ok", "output": None, "error": "", "probe": report}
+            data = b"probe\0" + json.dumps(report).encode() + b"\0"
         else:
             status, output, error = _run_program(
                 request["code"], request["args"], request["max_output_chars"], request["guards"]
             )
-            message = {"status": status, "output": output, "error": error}
-        data = json.dumps(message).encode()
+            data = b"\0".join(
+                [status.encode(), error.replace("\0", " ").encode("utf-8", "backslashreplace"), (output or "").encode("utf-8", "surrogatepass")]
+            )
         view = memoryview(data)
         while view:
             view = view[os.write(RESULT_FD, view) :]
@@ -290,6 +291,7 @@ class Server:
         self.free_slots = list(range(max(1, workers) - 1, -1, -1))
         self.counter = 0
         self.inbuf = b""
+        self.outbox: list[bytes] = []
         self.closing = False
         _import_allowed_modules()
         global PREPARED, PRCTL
@@ -298,8 +300,14 @@ class Server:
         self.baseline_as = _address_space_in_use()
 
     def send(self, message: dict) -> None:
-        sys.stdout.buffer.write(json.dumps(message).encode() + b"\n")
-        sys.stdout.buffer.flush()
+        """Queue one JSON line; ``flush`` writes the queue once per turn of the loop (one syscall)."""
+        self.outbox.append(json.dumps(message).encode() + b"\n")
+
+    def flush(self) -> None:
+        if self.outbox:
+            sys.stdout.buffer.write(b"".join(self.outbox))
+            sys.stdout.buffer.flush()
+            self.outbox.clear()
 
     # --- children -----------------------------------------------------------------------------
     def spawn(self, request: dict) -> None:
@@ -379,17 +387,20 @@ class Server:
         code = os.WEXITSTATUS(wait_status)
         if code != 0:
             return {"status": "crashed", "output": None, "error": f"exited with code {code} and no result"}
-        try:
-            message = json.loads(b"".join(run.chunks))
-            status, output, error = message["status"], message["output"], message["error"]
-            if not isinstance(status, str) or not (output is None or isinstance(output, str)) or not isinstance(error, str):
-                raise ValueError("bad field types")
+        try:  # the frame is status NUL error NUL output
+            status, error, output = b"".join(run.chunks).split(b"\0", 2)
+            status = status.decode("ascii")
+            if status == "probe":
+                return {"status": "ok", "output": None, "error": "", "probe": json.loads(error)}
+            if status not in CHILD_STATUSES:
+                raise ValueError(f"unknown status {status[:20]!r}")
+            return {
+                "status": status,
+                "output": output.decode("utf-8", "surrogatepass") if status == "ok" else None,
+                "error": error.decode("utf-8", "replace"),
+            }
         except Exception:
             return {"status": "crashed", "output": None, "error": "the execution exited without a valid result"}
-        result = {"status": status, "output": output, "error": error}
-        if "probe" in message:
-            result["probe"] = message["probe"]
-        return result
 
     # --- requests -----------------------------------------------------------------------------
     def read_requests(self) -> None:
@@ -429,6 +440,7 @@ class Server:
         gc.freeze()  # keep the collector from touching (and so copying) the server's objects in children
         self.send({"hello": {"netns": self.netns, "no_new_privs": self.no_new_privs, "root": self.root, "pid": os.getpid()}})
         while not (self.closing and not self.running):
+            self.flush()
             while self.pending and self.free_slots and not self.closing:
                 self.spawn(self.pending.popleft())
             now = time.monotonic()
@@ -465,9 +477,15 @@ def main(argv: list[str]) -> None:
     if stage == "confine":
         _confine_and_exec(root, uid_base, workers)
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host ends us by closing stdin
+    # Set once here, inherited by every child: PYTHONHASHSEED has been read at startup and nothing
+    # else is in the environment; SIGINT is the terminal's (the host ends us by closing stdin);
+    # a write past RLIMIT_FSIZE fails with EFBIG instead of killing; SIGPIPE is already ignored.
+    os.environ.clear()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     server = Server(uid_base, workers, netns=argv[4] == "1", no_new_privs=argv[5] == "1")
     try:
         server.serve()
+        server.flush()
     finally:
         server.shutdown()
