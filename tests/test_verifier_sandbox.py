@@ -483,6 +483,7 @@ def test_a_dead_fork_server_is_replaced():
         assert results and results[0].status is Status.CRASHED and "exited" in results[0].error
         assert_serving(v)
         assert v._server_for_use() is not first
+    assert not os.path.exists(first.hello["scratch"])  # the dead server's scratch directory is removed
 
 
 def test_no_leftover_processes():

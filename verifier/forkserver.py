@@ -304,10 +304,25 @@ class Server:
         self.outbox.append(json.dumps(message).encode() + b"\n")
 
     def flush(self) -> None:
-        if self.outbox:
-            sys.stdout.buffer.write(b"".join(self.outbox))
-            sys.stdout.buffer.flush()
-            self.outbox.clear()
+        if not self.outbox:
+            return
+        view = memoryview(b"".join(self.outbox))
+        self.outbox.clear()
+        try:
+            while view:
+                view = view[os.write(1, view) :]
+        except OSError:  # the host is gone: nobody wants the results
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop reading requests and kill every run in flight."""
+        if not self.closing:
+            self.closing = True
+            self.selector.unregister(0)
+        self.pending.clear()
+        for run in self.running.values():
+            run.killed = True
+            self.kill(run)
 
     # --- children -----------------------------------------------------------------------------
     def spawn(self, request: dict) -> None:
@@ -409,11 +424,7 @@ class Server:
         except BlockingIOError:
             return
         if not chunk:  # the host is gone or closed us: stop every run now
-            self.closing = True
-            self.selector.unregister(0)
-            for run in self.running.values():
-                run.killed = True
-                self.kill(run)
+            self.stop()
             return
         *lines, self.inbuf = (self.inbuf + chunk).split(b"\n")
         for line in lines:
@@ -438,7 +449,8 @@ class Server:
         os.set_blocking(0, False)
         self.selector.register(0, selectors.EVENT_READ, ("stdin", None))
         gc.freeze()  # keep the collector from touching (and so copying) the server's objects in children
-        self.send({"hello": {"netns": self.netns, "no_new_privs": self.no_new_privs, "root": self.root, "pid": os.getpid()}})
+        hello = {"netns": self.netns, "no_new_privs": self.no_new_privs, "root": self.root, "pid": os.getpid(), "scratch": self.base}
+        self.send({"hello": hello})
         while not (self.closing and not self.running):
             self.flush()
             while self.pending and self.free_slots and not self.closing:

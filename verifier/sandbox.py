@@ -21,6 +21,7 @@ import enum
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -171,6 +172,9 @@ class _ForkServer:
             self.proc.kill()
             self.proc.wait()
         self.reader.join(timeout=5)
+        scratch = str(self.hello.get("scratch", ""))
+        if os.path.basename(scratch).startswith("verifier-"):  # left behind when the server was killed
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 class Verifier:
