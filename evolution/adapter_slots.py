@@ -73,6 +73,8 @@ def _check_pair(slot: Slot, a: torch.Tensor, b: torch.Tensor) -> None:
             raise ValueError(f"{key!r} has shape {tuple(tensor.shape)}; LoRA factors are 2-D")
         if not tensor.is_floating_point():
             raise ValueError(f"{key!r} has dtype {tensor.dtype}; LoRA factors are floating point")
+    if a.shape[0] == 0:
+        raise ValueError(f"slot {slot.name!r} has rank 0")
     if a.shape[0] != b.shape[1]:
         raise ValueError(
             f"slot {slot.name!r}: lora_A {tuple(a.shape)} and lora_B {tuple(b.shape)} disagree on the rank "

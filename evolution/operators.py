@@ -149,7 +149,7 @@ def perturb_singular_values(parent: Adapter, strength: float = 0.1, generator: t
 def _outside_span(tall: torch.Tensor, coef: torch.Tensor, k: int, generator: torch.Generator | None) -> torch.Tensor:
     """W0 = (I - P) G for a Gaussian G (d x k), P the orthogonal projector onto span(tall @ coef)."""
     g = _randn((tall.shape[0], k), generator, tall.device)
-    return g - tall @ _f32(coef @ (coef.mT @ (tall.mT @ g).double()))
+    return g.addmm_(tall, _f32(coef @ (coef.mT @ (tall.mT @ g).double())), alpha=-1.0)
 
 
 def rotate_subspace(
@@ -237,8 +237,8 @@ def gaussian_noise(parent: Adapter, strength: float = 0.1, generator: torch.Gene
         for slot, a, b in items:
             noise_a = _randn(tuple(a.shape), generator, a.device).mul_(strength * float(a.norm()) / math.sqrt(a.numel()))
             noise_b = _randn(tuple(b.shape), generator, b.device).mul_(strength * float(b.norm()) / math.sqrt(b.numel()))
-            factors[slot.a_key], factors[slot.b_key] = a + noise_a, b + noise_b
             grams.append((block_gram([b, noise_b], torch.float32), block_gram([a.mT, noise_a.mT], torch.float32)))
+            factors[slot.a_key], factors[slot.b_key] = noise_a.add_(a), noise_b.add_(b)
         report = {}
         by_rank: dict[tuple, list[int]] = {}
         for i, (gx, _) in enumerate(grams):

@@ -154,6 +154,11 @@ class ReplacementPolicy:
         """True every ``period`` steps (never at step 0, never when disabled)."""
         return self.config["enabled"] and step > 0 and step % self.config["period"] == 0
 
+    def parents_of(self, member_id: str) -> list[str]:
+        """The parents of a child (from its lineage record); [] for a founding member."""
+        records = [r for r in self.lineage if r.id == member_id]
+        return list(records[-1].parents) if records else []
+
     def protected(self, member_id: str, step: int) -> bool:
         """Born (as a child) fewer than ``protection_steps`` steps before ``step``."""
         born = [r.step for r in self.lineage if r.id == member_id]

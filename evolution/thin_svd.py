@@ -75,8 +75,8 @@ def _group_by_shape(mats: Sequence[torch.Tensor]) -> dict[tuple, list[int]]:
     return groups
 
 
-def _kappa_squared(gram: torch.Tensor, chol: torch.Tensor, iterations: int = 12) -> torch.Tensor:
-    """Power-iteration estimate of kappa(X)^2 = lambda_max(G) * lambda_max(G^-1) for a batch of Grams.
+def _kappa_squared(gram: torch.Tensor, inverse_root: torch.Tensor, iterations: int = 10) -> torch.Tensor:
+    """Power-iteration estimate of kappa(X)^2 = lambda_max(G) * lambda_max(G^-1), G^-1 = R^-1 R^-T, batched.
 
     An estimate from below (Rayleigh quotients), so callers keep a safety margin; deterministic start.
     """
@@ -87,10 +87,10 @@ def _kappa_squared(gram: torch.Tensor, chol: torch.Tensor, iterations: int = 12)
     for _ in range(iterations):
         x = gram @ x
         x = x / x.norm(dim=1, keepdim=True)
-        y = torch.cholesky_solve(y, chol)
+        y = inverse_root @ (inverse_root.mT @ y)
         y = y / y.norm(dim=1, keepdim=True)
     top = (x.mT @ gram @ x).flatten()
-    inv_top = (y.mT @ torch.cholesky_solve(y, chol)).flatten()
+    inv_top = (inverse_root.mT @ y).square().sum((1, 2))
     return top * inv_top
 
 
@@ -125,17 +125,20 @@ def gram_roots(block_lists: Sequence[Sequence[torch.Tensor]]) -> list[GramRoot]:
             raise ValueError("LoRA factor holds NaN or Inf values")
         chol, info = torch.linalg.cholesky_ex(stacked)
         fast = info == 0
-        if fast.any():
-            fast &= FP32_EPS * KAPPA_MARGIN * _kappa_squared(stacked, chol).nan_to_num(nan=math.inf) <= ORTHONORMALITY_TOL
         root = chol.mT.clone()
         eye = torch.eye(root.shape[-1], dtype=root.dtype, device=root.device).expand_as(root)
-        slow = (~fast).nonzero().flatten().tolist()
         pinv = torch.linalg.solve_triangular(torch.where(fast[:, None, None], root, eye), eye, upper=True)
+        if fast.any():
+            kappa_sq = _kappa_squared(stacked, pinv).nan_to_num(nan=math.inf)
+            fast &= FP32_EPS * KAPPA_MARGIN * kappa_sq <= ORTHONORMALITY_TOL
+        slow = (~fast).nonzero().flatten().tolist()
         if slow:
             root[slow], pinv[slow] = _eigen_roots(stacked[slow], [block_lists[indices[p]] for p in slow])
         for pos, i in enumerate(indices):
-            sizes = [x.shape[1] for x in block_lists[i]]
-            norms = [float(part.sum()) for part in grams[i].diagonal().split(sizes)]
+            diag, norms, start = grams[i].diagonal().tolist(), [], 0
+            for x in block_lists[i]:
+                norms.append(sum(diag[start : start + x.shape[1]]))
+                start += x.shape[1]
             roots[i] = GramRoot(root=root[pos], pinv=pinv[pos], block_sq_norms=norms)
     return roots  # type: ignore[return-value]
 

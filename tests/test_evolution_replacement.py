@@ -127,6 +127,7 @@ def test_commit_puts_the_child_in_the_victims_place():
     assert league.rating(record.id).mu == pytest.approx((30.0 + 20.0) / 2) and league.rating(record.id).sigma == 4.0
     assert league.member(record.id).role == "teacher" and league.member(record.id).parent == record.parents[0]
     assert (record.operator, record.step, record.relative_change, record.attempts) == ("swap_slots", 20, 0.0, 1)
+    assert policy.parents_of(record.id) == list(record.parents) and policy.parents_of("b") == []
     for slot in slot_names(child.state_dict):
         source = adapters[record.parents[0] if child.report[slot]["source"] == "a" else record.parents[1]]
         assert rel(delta(child.state_dict, slot), delta(source, slot)) == 0.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from evolution_adapters import dense_svd, principal_cosines
@@ -46,17 +48,18 @@ def test_singular_vectors_span_the_dense_ones():
     assert torch.allclose(u.mT @ u, torch.eye(6), atol=1e-5)
 
 
-def test_matches_householder_reference_on_ill_conditioned_factor():
-    # B with singular values from 1 down to 1e-4: kappa^2 eps32 >> 1e-4, so the float64 Gram path is taken
+@pytest.mark.parametrize("smallest", [1e-1, 5e-2, 1e-4])
+def test_matches_householder_reference_however_conditioned(smallest):
+    # kappa(B) = 10: Cholesky fast path; 20: float32 eigen root; 1e4: Gram recomputed in float64
     gen = torch.Generator().manual_seed(3)
     q, _ = torch.linalg.qr(torch.randn(64, 8, generator=gen, dtype=torch.float64))
-    b = (q * torch.logspace(0, -4, 8, dtype=torch.float64)).float()
+    b = (q * torch.logspace(0, math.log10(smallest), 8, dtype=torch.float64)).float()
     a = torch.randn(8, 48, generator=gen)
     _, sigma, _ = thin_svd(a, b)
     _, reference, _ = householder_svd(a, b)
     dense = torch.linalg.svdvals(b.double() @ a.double())[:8]
-    assert torch.allclose(sigma, reference, rtol=1e-6, atol=1e-9)
-    assert torch.allclose(sigma, dense, rtol=1e-6, atol=1e-9)
+    assert torch.allclose(sigma, reference, rtol=1e-5, atol=1e-9)
+    assert torch.allclose(sigma, dense, rtol=1e-5, atol=1e-9)
 
 
 def test_zero_factor_gives_null_directions_not_nan():
