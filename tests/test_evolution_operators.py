@@ -248,3 +248,15 @@ def test_cuda_children_match_cpu_children(parent, other):
             assert rel(delta({k: v.cpu() for k, v in gpu.items()}, slot), delta(cpu, slot)) < 1e-4
     blended = CROSSOVERS["blend_svd"](on_gpu, other_gpu, weight=0.5).state_dict
     assert all(v.is_cuda for v in blended.values())
+
+
+@pytest.mark.parametrize("name", list(MUTATIONS) + list(CROSSOVERS))
+def test_children_save_to_safetensors_and_load_back_exactly(name, parent, other, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    operator = operators.OPERATORS[name]
+    child = operator(parent, other, generator=gen(0)) if name in CROSSOVERS else operator(parent, strength=0.1, generator=gen(0))
+    save_file(child.state_dict, tmp_path / "adapter_model.safetensors")
+    loaded = load_file(tmp_path / "adapter_model.safetensors")
+    assert set(loaded) == set(child.state_dict)
+    assert all(torch.equal(loaded[k], v) for k, v in child.state_dict.items())
