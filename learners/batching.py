@@ -163,23 +163,26 @@ def micro_batches(
     samples: Sequence[Sample],
     pad_id: int,
     max_tokens: int,
-    mode: Literal["pack", "pad"] = "pack",
+    mode: Literal["pack", "pad"] = "pad",
 ) -> list[TokenBatch]:
     """Split ``samples`` into batches of at most ~``max_tokens`` computed positions each, padded or packed.
 
-    Padded micro-batches take samples sorted by length, so rows of similar length share a batch. Packed
-    micro-batches are one row each, ``max_tokens`` long (or the longest sample, if longer; or all the
-    tokens, if fewer).
+    ``"pad"``: samples sorted by length, so rows of similar length share a batch (little padding).
+    ``"pack"``: sequences packed into rows as long as the longest sample, as many rows per batch as fit
+    the budget. Rows are never longer than the longest sample because attention over a packed row costs
+    O(row length^2) with a dense block-diagonal mask (no varlen kernel on CPU / SDPA).
+    A batch always holds at least one sample, even if that alone exceeds ``max_tokens``.
     """
     if not samples:
         raise ValueError("no samples to batch")
     if mode not in ("pack", "pad"):
         raise ValueError(f"unknown batching mode {mode!r}; use 'pack' or 'pad'")
-    longest = max(len(s) for s in samples)
     if mode == "pack":
-        row_length = max(longest, min(max_tokens, sum(len(s) for s in samples)))
+        row_length = max(len(s) for s in samples)
         packed = pack_batch(samples, list(range(len(samples))), pad_id, row_length)
-        return [_select_rows(packed, [r]) for r in range(packed.input_ids.shape[0])]
+        per_batch = max(1, max_tokens // row_length)
+        rows = packed.input_ids.shape[0]
+        return [_select_rows(packed, list(range(r, min(r + per_batch, rows)))) for r in range(0, rows, per_batch)]
     order = sorted(range(len(samples)), key=lambda i: len(samples[i]))
     out: list[TokenBatch] = []
     chunk: list[int] = []

@@ -14,9 +14,9 @@ The routing (one adapter index per row, or per token for packed rows) is held by
 fixed through KV-cached generation (the batch dimension does not change between decode steps).
 
 Two kernels, chosen per router (``bench/learner.py`` measures them):
-- ``"grouped"``: for each slot present, select its tokens (a view when they are contiguous, e.g. a
-  batch sorted by adapter), two small matmuls, add back in place. Cost grows with the slots present only
-  through per-slot launch overhead, not FLOPs.
+- ``"grouped"``: order the adapter tokens by slot (no copy when the batch is already sorted by adapter),
+  two small matmuls per slot on contiguous slices, concatenate, add back (``index_add`` when reordered).
+  Cost grows with the slots present only through per-slot launch overhead, not FLOPs.
 - ``"bmm"``: gather each row's (A, B) and do two batched matmuls; one launch per module whatever the
   mix, per-row routing only.
 """
@@ -67,6 +67,15 @@ class LoRASpec:
         return self.alpha / (math.sqrt(self.rank) if self.rslora else self.rank)
 
 
+@dataclass(frozen=True)
+class TokenPlan:
+    """Adapter tokens in slot order: ``segments`` = (slot, start, stop) into that order; ``order`` = their flat
+    positions in the input, or None when that order is the identity over every token."""
+
+    segments: list[tuple[int, int, int]]
+    order: torch.Tensor | None
+
+
 class AdapterRouter:
     """The adapter index of the current batch, shared by every :class:`MultiLoRALinear` of a model.
 
@@ -81,7 +90,7 @@ class AdapterRouter:
         self.num_slots = num_slots
         self.strategy: Strategy = strategy
         self._index: torch.Tensor | None = None
-        self._groups: dict[tuple, list[tuple[int, slice | torch.Tensor]]] = {}
+        self._plans: dict[tuple, TokenPlan] = {}
         self._row_slots: dict[torch.device, tuple[list[int], torch.Tensor]] = {}
 
     @property
@@ -91,7 +100,7 @@ class AdapterRouter:
 
     def set(self, index: torch.Tensor | Sequence[int] | Sequence[Sequence[int]] | None) -> None:
         """Route the next forward passes: one slot per row (``[B]``) or per token (``[B, T]``); None clears."""
-        self._groups.clear()
+        self._plans.clear()
         self._row_slots.clear()
         if index is None:
             self._index = None
@@ -115,14 +124,15 @@ class AdapterRouter:
             raise RuntimeError("no adapter index is set: pass adapter_index= or call set_adapter_index() first")
         return self._index
 
-    def token_groups(self, lead_shape: torch.Size, device: torch.device) -> list[tuple[int, slice | torch.Tensor]]:
-        """Per slot present, the flat token positions (a slice when contiguous) for an input of ``lead_shape``.
+    def token_plan(self, lead_shape: torch.Size, device: torch.device) -> "TokenPlan":
+        """How the grouped kernel visits the tokens of an input of ``lead_shape`` (its shape minus the feature dim).
 
-        ``lead_shape`` is the input's shape without its feature dim, e.g. ``(B, T)``; tokens are flattened
-        row-major. Rows (or tokens) routed to ``NO_ADAPTER`` appear in no group.
+        Tokens (flattened row-major) that use an adapter are ordered by slot (stable); ``segments`` gives
+        each slot's [start, stop) in that order and ``order`` the flat positions (None when the order is the
+        identity over all tokens, e.g. a batch sorted by adapter with no ``NO_ADAPTER`` rows). Cached per shape.
         """
         key = (tuple(lead_shape), device)
-        cached = self._groups.get(key)
+        cached = self._plans.get(key)
         if cached is not None:
             return cached
         idx = self._require()
@@ -140,18 +150,17 @@ class AdapterRouter:
                     "per-token routing is for full-sequence (no KV cache) forward passes"
                 )
             per_token = idx.reshape(-1)
-        groups: list[tuple[int, slice | torch.Tensor]] = []
-        for slot in torch.unique(per_token).tolist():
-            if slot == NO_ADAPTER:
-                continue
-            positions = torch.nonzero(per_token == slot).squeeze(1)
-            start, stop = int(positions[0]), int(positions[-1]) + 1
-            if stop - start == positions.numel():
-                groups.append((slot, slice(start, stop)))
-            else:
-                groups.append((slot, positions.to(device)))
-        self._groups[key] = groups
-        return groups
+        used = torch.nonzero(per_token != NO_ADAPTER).squeeze(1)
+        order = used[torch.argsort(per_token[used], stable=True)]
+        slots, counts = torch.unique_consecutive(per_token[order], return_counts=True)
+        segments, start = [], 0
+        for slot, count in zip(slots.tolist(), counts.tolist()):
+            segments.append((slot, start, start + count))
+            start += count
+        identity = order.numel() == per_token.numel() and bool((order == torch.arange(order.numel())).all())
+        plan = TokenPlan(segments, None if identity else order.to(device))
+        self._plans[key] = plan
+        return plan
 
     def row_slots(self, device: torch.device) -> tuple[list[int], torch.Tensor]:
         """For the ``bmm`` kernel: the slots present, and each row's position among them (len = NO_ADAPTER row)."""
@@ -214,21 +223,26 @@ class MultiLoRALinear(nn.Module):
         out = self.base_layer(x)
         if self.router.strategy == "bmm":
             return self._forward_bmm(x, out)
-        groups = self.router.token_groups(x.shape[:-1], x.device)
-        if not groups:
+        plan = self.router.token_plan(x.shape[:-1], x.device)
+        if not plan.segments:
             return out
         flat_x = x.reshape(-1, x.shape[-1])
-        flat_out = out.view(-1, out.shape[-1])
-        for slot, where in groups:
-            a, b = self.lora_A[slot], self.lora_B[slot]
-            xs = flat_x[where] if isinstance(where, slice) else flat_x.index_select(0, where)
-            delta = F.linear(F.linear(xs.to(a.dtype), a), b).mul_(self.scaling).to(out.dtype)
-            # In place is safe: nn.Linear's backward needs its input and weight, never its output.
-            if isinstance(where, slice):
-                flat_out.narrow(0, where.start, where.stop - where.start).add_(delta)
-            else:
-                flat_out.index_add_(0, where, delta)
-        return out
+        xs = flat_x if plan.order is None else flat_x.index_select(0, plan.order)
+        xs = xs.to(self.lora_A[0].dtype)
+        # One small matmul pair per slot on a contiguous chunk, concatenated: a constant number of
+        # full-size passes per layer whatever the number of slots (in-place adds into views would clone
+        # the output gradient once per slot in backward).
+        # torch.split, not slicing: its backward is one concatenation, a slice's is a zero-filled
+        # full-size tensor per slot.
+        chunks = xs.split([stop - start for _, start, stop in plan.segments]) if len(plan.segments) > 1 else (xs,)
+        deltas = [
+            F.linear(F.linear(chunk, self.lora_A[slot]) * self.scaling, self.lora_B[slot])
+            for chunk, (slot, _, _) in zip(chunks, plan.segments)
+        ]
+        delta = (deltas[0] if len(deltas) == 1 else torch.cat(deltas)).to(out.dtype)
+        if plan.order is None:
+            return out + delta.view_as(out)
+        return out.view(-1, out.shape[-1]).index_add(0, plan.order, delta).view_as(out)
 
     def _forward_bmm(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         present, rows = self.router.row_slots(x.device)
