@@ -1,0 +1,231 @@
+"""Time one optimizer step of a batch that mixes 8 adapters, against the alternatives, in the same run.
+
+Each model (a tiny Qwen2 and a Qwen2-shaped ~0.1B model, random init, float32, LoRA r=8 on all seven
+projections) runs, interleaved round-robin so machine noise hits every variant alike:
+
+- ``mixed8``:  ``PolicyLearner.step`` on 8 adapters x ``seqs`` sequences each (one forward/backward,
+  8 per-adapter AdamW steps), grouped kernel, length-sorted padded rows (the defaults);
+- ``single``:  the same tokens all on one adapter (same model, same slots);
+- ``mixed8_bmm``: ``mixed8`` with the gather + bmm kernel;
+- ``mixed8_pack``: ``mixed8`` with packed rows (per-token routing, block-diagonal attention mask);
+- ``peft_seq``: PEFT with the same 8 adapters, one ``set_adapter`` pass (forward, backward, AdamW step)
+  per adapter, the only way PEFT can train them.
+
+A second part measures padding waste on sequences of mixed lengths (uniform in [L/4, L]): computed
+positions / real tokens, and step time, for ``pad`` vs ``pack``.
+
+Times are CPU seconds of the process (``time.process_time``, one torch thread), which other jobs on a
+shared machine disturb far less than wall time; wall medians are reported beside them. Progress goes to
+stderr; the last stdout line is one JSON object with ``mixed8_vs_single_ratio`` (mixed8 / single median,
+larger model), ``vs_peft_sequential`` (peft_seq / mixed8 median, larger model: how many times faster one
+mixed pass is than PEFT's eight), per-model medians and the packing figures.
+Run: ``nice -n 10 python bench/learner.py`` (3-8 minutes on two busy cores; ``--quick`` for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from learners.adapter_optim import AdapterOptimizers  # noqa: E402
+from learners.batching import Sample, TokenBatch, micro_batches  # noqa: E402
+from learners.multi_lora import TARGET_MODULES, LoRASpec, MultiLoRAModel  # noqa: E402
+from learners.pg_loss import PGConfig, group_normalised_advantages, policy_gradient_loss, token_logprobs  # noqa: E402
+from learners.policy_learner import PolicyLearner, UpdateConfig  # noqa: E402
+
+ADAPTERS = 8
+RANK, ALPHA = 8, 16.0
+PAD = 0
+MODELS = {
+    # name: Qwen2Config kwargs
+    "tiny_8M": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                    num_key_value_heads=2, vocab_size=2048),
+    "qwen2_0.1B": dict(hidden_size=768, intermediate_size=2304, num_hidden_layers=12, num_attention_heads=12,
+                       num_key_value_heads=2, vocab_size=32768, tie_word_embeddings=True),
+}
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def build_base(kwargs: dict, seed: int = 0) -> torch.nn.Module:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(max_position_embeddings=2048, initializer_range=0.02, **kwargs)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def make_samples(vocab: int, adapters: list[int], seqs: int, prompt: int, completion: int, seed: int,
+                 vary: bool = False) -> list[Sample]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for slot in adapters:
+        for k in range(seqs):
+            p, c = prompt, completion
+            if vary:
+                p = int(torch.randint(max(1, prompt // 4), prompt + 1, (1,), generator=g))
+                c = int(torch.randint(max(1, completion // 4), completion + 1, (1,), generator=g))
+            ids = torch.randint(1, vocab, (p + c,), generator=g).tolist()
+            out.append(Sample(slot, ids[:p], ids[p:], reward=float(k % 2) * 2 - 1, group=("solve", "code_o")))
+    return out
+
+
+def relabel(samples: list[Sample], slot: int) -> list[Sample]:
+    return [Sample(slot, s.prompt_ids, s.completion_ids, s.reward, s.group) for s in samples]
+
+
+class OursVariant:
+    """One multi-adapter model + PolicyLearner configured for a variant."""
+
+    def __init__(self, base, strategy: str, batching: str, micro_tokens: int) -> None:
+        self.model = MultiLoRAModel(base, LoRASpec(rank=RANK, alpha=ALPHA, num_slots=ADAPTERS), strategy=strategy,
+                                    init_b_std=0.01, seed=0)
+        self.learner = PolicyLearner(self.model, AdapterOptimizers(self.model, lr=1e-5), PGConfig(),
+                                     UpdateConfig(micro_batch_tokens=micro_tokens, batching=batching), PAD)
+
+    def step(self, samples: list[Sample]) -> None:
+        self.learner.step(samples)
+
+
+class PeftSequential:
+    """PEFT with 8 named adapters; one set_adapter pass (forward, backward, AdamW step) per adapter."""
+
+    def __init__(self, base, micro_tokens: int) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=list(TARGET_MODULES), lora_dropout=0.0,
+                            task_type="CAUSAL_LM")
+        self.peft = get_peft_model(base, config, adapter_name="a0")
+        for a in range(1, ADAPTERS):
+            self.peft.add_adapter(f"a{a}", config)
+        self.optims = {}
+        for a in range(ADAPTERS):
+            params = [p for n, p in self.peft.named_parameters() if f".a{a}." in n and "lora_" in n]
+            self.optims[a] = torch.optim.AdamW(params, lr=1e-5)
+        self.micro_tokens = micro_tokens
+
+    def _loss_tokens(self, batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        hf = self.peft.base_model.model
+        hidden = hf.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                               position_ids=batch.position_ids, use_cache=False).last_hidden_state
+        logits = hf.get_output_embeddings()(hidden[batch.loss_mask])
+        return token_logprobs(logits, batch.targets[batch.loss_mask]), batch.token_sample[batch.loss_mask]
+
+    def step(self, samples: list[Sample]) -> None:
+        self.peft.train()
+        for a in sorted({s.slot for s in samples}):
+            mine = [s for s in samples if s.slot == a]
+            self.peft.set_adapter(f"a{a}")
+            adv = group_normalised_advantages([s.reward for s in mine], [s.group for s in mine],
+                                              [len(s.completion_ids) for s in mine])
+            total = {0: float(sum(len(s.completion_ids) for s in mine))}
+            for batch in micro_batches(mine, PAD, self.micro_tokens, "pad"):
+                logp, sample = self._loss_tokens(batch)
+                out = policy_gradient_loss(logp, adv[sample], torch.zeros_like(sample), PGConfig(), slot_token_totals=total)
+                out.loss.backward()
+            params = [p for g in self.optims[a].param_groups for p in g["params"]]
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            self.optims[a].step()
+            self.optims[a].zero_grad(set_to_none=True)
+
+
+def time_round_robin(variants: dict, repeats: int, warmup: int = 1) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """CPU seconds (``process_time``, the ratios' basis: robust to other jobs on the machine) and wall seconds."""
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    wall: dict[str, list[float]] = {name: [] for name in variants}
+    for r in range(warmup + repeats):
+        for name, (fn, samples) in variants.items():
+            c0, w0 = time.process_time(), time.perf_counter()
+            fn(samples)
+            if r >= warmup:
+                cpu[name].append(time.process_time() - c0)
+                wall[name].append(time.perf_counter() - w0)
+        log(f"  round {r + 1}/{warmup + repeats}: " + ", ".join(f"{n} {cpu[n][-1]:.3f}s" if cpu[n] else n for n in cpu))
+    return cpu, wall
+
+
+def bench_model(name: str, kwargs: dict, seqs: int, prompt: int, completion: int, repeats: int) -> dict:
+    log(f"[{name}] building")
+    vocab = kwargs["vocab_size"]
+    micro = ADAPTERS * seqs * (prompt + completion)  # whole batch in one micro-batch
+    ours = OursVariant(build_base(kwargs), "grouped", "pad", micro)
+    params = sum(p.numel() for n, p in ours.model.model.named_parameters() if "lora_" not in n)
+    ours_bmm = OursVariant(build_base(kwargs), "bmm", "pad", micro)
+    ours_pack = OursVariant(build_base(kwargs), "grouped", "pack", micro)
+    peft = PeftSequential(build_base(kwargs), micro)
+    mixed = make_samples(vocab, list(range(ADAPTERS)), seqs, prompt, completion, seed=1)
+    single = relabel(mixed, 0)
+    log(f"[{name}] {params / 1e6:.1f}M base params, {len(mixed)} sequences x {prompt + completion} tokens")
+    times, wall = time_round_robin({
+        "mixed8": (ours.step, mixed),
+        "single": (ours.step, single),
+        "mixed8_bmm": (ours_bmm.step, mixed),
+        "mixed8_pack": (ours_pack.step, mixed),
+        "peft_seq": (peft.step, mixed),
+    }, repeats)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "base_params_M": round(params / 1e6, 1),
+        "tokens_per_step": len(mixed) * (prompt + completion),
+        "median_cpu_s": {k: round(v, 4) for k, v in med.items()},
+        "median_wall_s": {k: round(statistics.median(v), 4) for k, v in wall.items()},
+        "mixed8_vs_single_ratio": round(med["mixed8"] / med["single"], 3),
+        "vs_peft_sequential": round(med["peft_seq"] / med["mixed8"], 3),
+        "bmm_vs_grouped_ratio": round(med["mixed8_bmm"] / med["mixed8"], 3),
+        "pack_vs_pad_ratio": round(med["mixed8_pack"] / med["mixed8"], 3),
+    }
+
+
+def bench_packing(kwargs: dict, seqs: int, prompt: int, completion: int, micro: int, repeats: int) -> dict:
+    log("[packing] mixed-length sequences, pad vs pack")
+    samples = make_samples(kwargs["vocab_size"], list(range(ADAPTERS)), seqs, prompt, completion, seed=2, vary=True)
+    real = sum(len(s) for s in samples)
+    computed = {mode: sum(b.padded_tokens for b in micro_batches(samples, PAD, micro, mode)) for mode in ("pad", "pack")}
+    pad = OursVariant(build_base(kwargs), "grouped", "pad", micro)
+    pack = OursVariant(build_base(kwargs), "grouped", "pack", micro)
+    times, _ = time_round_robin({"pad": (pad.step, samples), "pack": (pack.step, samples)}, repeats)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "real_tokens": real,
+        "computed_over_real": {m: round(c / real, 3) for m, c in computed.items()},
+        "median_cpu_s": {k: round(v, 4) for k, v in med.items()},
+        "pack_over_pad_time": round(med["pack"] / med["pad"], 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny model only, few repeats (smoke run)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: OpenMP spin-waits collapse on a busy machine)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    repeats = 2 if args.quick else args.repeats
+    results = {"tiny_8M": bench_model("tiny_8M", MODELS["tiny_8M"], seqs=2, prompt=64, completion=64, repeats=repeats)}
+    large = "tiny_8M" if args.quick else "qwen2_0.1B"
+    if not args.quick:
+        results[large] = bench_model(large, MODELS[large], seqs=1, prompt=64, completion=64, repeats=repeats)
+    packing = bench_packing(MODELS["tiny_8M"], seqs=4, prompt=96, completion=160, micro=1024, repeats=repeats)
+    summary = {
+        "mixed8_vs_single_ratio": results[large]["mixed8_vs_single_ratio"],
+        "vs_peft_sequential": results[large]["vs_peft_sequential"],
+        "larger_model": large,
+        "models": results,
+        "packing": packing,
+        "threads": args.threads,
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""What a second learner process costs in memory when it maps the shared base, against one that copies it.
+
+A Qwen2-shaped model of ``--params`` (default ~0.1B, float32, random init) is saved to a temporary
+directory and materialised once into ``/dev/shm`` (``learners.shared_base.materialise_base``). Then, per
+mode, one learner process starts, then a second:
+
+- ``shared``: each learner maps the base (``map_base``: a copy-on-write mapping of the one shm file);
+- ``copy``:   each learner loads its own copy (``from_pretrained``), as every RL framework does today.
+
+A learner builds ``MultiLoRAModel`` with 4 adapters (r=8, all seven projections), one AdamW per adapter,
+and runs one ``PolicyLearner.step`` (so gradients, optimizer moments and allocator caches exist), then
+frees what it can (``gc``, ``malloc_trim``) and waits to be measured. PSS (proportional set size: every
+page divided by the number of processes mapping it) is read with psutil for each learner process.
+
+``second_learner_cost`` = (PSS of two learners - PSS of one) / bytes of the base weights. A copied base
+costs >= 1.0; the goal for the shared base is <= 0.25. Progress goes to stderr, the last stdout line is
+one JSON object. Run: ``nice -n 10 python bench/learner_memory.py`` (about 1-3 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import multiprocessing as mp
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+MIB = 1 << 20
+SIZES = {
+    # ~0.1B: hidden 768, 12 layers, tied 32k vocab (104.5M parameters)
+    "0.1B": dict(hidden_size=768, intermediate_size=2304, num_hidden_layers=12, num_attention_heads=12,
+                 num_key_value_heads=2, vocab_size=32768, tie_word_embeddings=True),
+    # ~0.3B: hidden 1024, 20 layers
+    "0.3B": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=20, num_attention_heads=16,
+                 num_key_value_heads=4, vocab_size=32768, tie_word_embeddings=True),
+}
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def learner_process(mode: str, source: str, ready: mp.Queue, stop: mp.Event) -> None:
+    """One learner: base (mapped or copied) + 4 adapters + per-adapter AdamW, one real update, then idle."""
+    torch.set_num_threads(1)
+    from transformers import AutoModelForCausalLM
+
+    from learners.adapter_optim import AdapterOptimizers
+    from learners.batching import Sample
+    from learners.multi_lora import LoRASpec, MultiLoRAModel
+    from learners.pg_loss import PGConfig
+    from learners.policy_learner import PolicyLearner, UpdateConfig
+    from learners.shared_base import map_base
+
+    if mode == "shared":
+        base = map_base(source)
+    else:
+        base = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    model = MultiLoRAModel(base, LoRASpec(rank=8, alpha=16, num_slots=4), init_b_std=0.01, seed=0)
+    learner = PolicyLearner(model, AdapterOptimizers(model, lr=1e-5), PGConfig(), UpdateConfig(micro_batch_tokens=1024), 0)
+    g = torch.Generator().manual_seed(0)
+    vocab = base.config.vocab_size
+    samples = []
+    for slot in range(4):
+        for k in range(2):
+            ids = torch.randint(1, vocab, (128,), generator=g).tolist()
+            samples.append(Sample(slot, ids[:64], ids[64:], reward=float(k) * 2 - 1))
+    learner.step(samples)
+    del samples
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    ready.put(mp.current_process().pid)
+    stop.wait(600)
+
+
+def pss(pid: int) -> int:
+    return psutil.Process(pid).memory_full_info().pss
+
+
+def uss(pid: int) -> int:
+    return psutil.Process(pid).memory_full_info().uss
+
+
+def measure_mode(mode: str, source: str, settle_s: float) -> dict:
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Queue(), ctx.Event()
+    procs = []
+    try:
+        first = ctx.Process(target=learner_process, args=(mode, source, ready, stop))
+        first.start()
+        procs.append(first)
+        ready.get(timeout=600)
+        time.sleep(settle_s)
+        one = pss(first.pid)
+        log(f"[{mode}] one learner: PSS {one / MIB:.0f} MiB")
+        second = ctx.Process(target=learner_process, args=(mode, source, ready, stop))
+        second.start()
+        procs.append(second)
+        ready.get(timeout=600)
+        time.sleep(settle_s)
+        two_each = [pss(p.pid) for p in procs]
+        private = [uss(p.pid) for p in procs]
+        log(f"[{mode}] two learners: PSS {[round(x / MIB) for x in two_each]} MiB, USS {[round(x / MIB) for x in private]} MiB")
+        return {"pss_one": one, "pss_two": sum(two_each), "uss_two": private}
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="0.1B")
+    parser.add_argument("--settle", type=float, default=2.0, help="seconds to wait before reading PSS")
+    args = parser.parse_args()
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from learners.shared_base import materialise_base, read_manifest, release_base
+
+    work = Path(tempfile.mkdtemp(prefix="populora-bench-mem-"))
+    shm = Path("/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir()) / f"populora-bench-{work.name}"
+    try:
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(Qwen2Config(max_position_embeddings=1024, **SIZES[args.size]))
+        params = sum(p.numel() for p in model.parameters())
+        model.save_pretrained(work / "model")
+        del model
+        gc.collect()
+        log(f"base: {params / 1e6:.1f}M parameters, float32")
+        t0 = time.perf_counter()
+        base_dir = materialise_base(work / "model", dtype=torch.float32, shm_dir=shm)
+        materialise_s = time.perf_counter() - t0
+        base_bytes = read_manifest(base_dir)["bytes"]
+        log(f"materialised {base_bytes / MIB:.0f} MiB into {base_dir} in {materialise_s:.1f}s")
+        results = {
+            "shared": measure_mode("shared", str(base_dir), args.settle),
+            "copy": measure_mode("copy", str(work / "model"), args.settle),
+        }
+        release_base(base_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(shm, ignore_errors=True)
+    cost = {m: (r["pss_two"] - r["pss_one"]) / base_bytes for m, r in results.items()}
+    print(json.dumps({
+        "second_learner_cost": round(cost["shared"], 3),
+        "second_learner_cost_copy": round(cost["copy"], 3),
+        "base_params_M": round(params / 1e6, 1),
+        "base_MiB": round(base_bytes / MIB, 1),
+        "materialise_s": round(materialise_s, 2),
+        "pss_MiB": {m: {"one": round(r["pss_one"] / MIB, 1), "two": round(r["pss_two"] / MIB, 1)} for m, r in results.items()},
+        "second_learner_MiB": {m: round((r["pss_two"] - r["pss_one"]) / MIB, 1) for m, r in results.items()},
+        "uss_two_MiB": {m: [round(x / MIB, 1) for x in r["uss_two"]] for m, r in results.items()},
+    }))
+
+
+if __name__ == "__main__":
+    main()
