@@ -1,0 +1,148 @@
+"""A learner actor: a thin Ray shell over ``learners.PolicyLearner`` for the members of one role.
+
+The frozen base is mapped from the machine's shared copy (``learners.shared_base``: one file in
+``/dev/shm`` that every learner process maps without a private copy), then wrapped with one LoRA slot
+per owned member. Members are addressed by id; the slot table maps ids to slots, and evolution
+re-labels the victim's slot with the child's id.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray
+
+
+@ray.remote(max_restarts=3)
+class LearnerActor:
+    def __init__(self, model_path: str, members: list[str], lora: dict[str, Any], rl: dict[str, Any],
+                 dtype: str, seed: int):
+        import torch
+        from transformers import AutoTokenizer
+
+        from learners.adapter_optim import AdapterOptimizers
+        from learners.multi_lora import LoRASpec, MultiLoRAModel
+        from learners.pg_loss import PGConfig
+        from learners.policy_learner import PolicyLearner, UpdateConfig
+        from learners.shared_base import map_base, materialise_base
+
+        if not ray.get_gpu_ids():
+            torch.set_num_threads(max(1, int(os.environ.get("POPULORA_LEARNER_THREADS", "1"))))
+        torch.manual_seed(seed)
+        self.slots = {member: i for i, member in enumerate(members)}
+        self.versions = {member: 0 for member in members}
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        base = map_base(materialise_base(model_path, getattr(torch, dtype)))
+        spec = LoRASpec(rank=lora["rank"], alpha=lora["alpha"], num_slots=max(1, len(members)),
+                        target_modules=tuple(lora["target_modules"]), rslora=lora["rslora"])
+        self.model = MultiLoRAModel(base, spec, init_b_std=lora["init_std"], seed=seed)
+        optimizers = AdapterOptimizers(self.model, lr=rl["learning_rate"], weight_decay=rl["weight_decay"],
+                                       grad_clip=rl["grad_clip"])
+        self.learner = PolicyLearner(
+            self.model, optimizers,
+            PGConfig(clip_epsilon=rl["clip_epsilon"], kl_coef=rl["kl_coef"], entropy_coef=rl["entropy_coef"]),
+            UpdateConfig(epochs=rl["epochs"], micro_batch_tokens=rl["micro_batch_tokens"]),
+            pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0,
+        )
+        self._prompt_ids: dict[str, list[int]] = {}
+
+    def __repr__(self) -> str:
+        return f"LearnerActor({ray.get_runtime_context().get_actor_name()})"
+
+    def ready(self) -> bool:
+        return True
+
+    def members(self) -> list[str]:
+        return list(self.slots)
+
+    def owns(self, member: str) -> bool:
+        return member in self.slots
+
+    def _prompt(self, prompt: str) -> list[int]:
+        ids = self._prompt_ids.get(prompt)
+        if ids is None:
+            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            if len(self._prompt_ids) > 4096:
+                self._prompt_ids.clear()
+            self._prompt_ids[prompt] = ids
+        return ids
+
+    def train(self, samples: list[Any]) -> dict[str, dict[str, float]]:
+        """One update of every owned member present in ``samples`` (rollouts.Sample); stats per member id."""
+        from learners.batching import Sample
+
+        batch = [
+            Sample(self.slots[s.member], self._prompt(s.prompt), s.completion_ids, s.reward, (s.role, s.family))
+            for s in samples if s.completion_ids and s.member in self.slots
+        ]
+        if not batch:
+            return {}
+        stats = self.learner.step(batch)
+        by_slot = {slot: member for member, slot in self.slots.items()}
+        for slot in stats:
+            self.versions[by_slot[slot]] += 1
+        return {by_slot[slot]: {k: round(v, 6) for k, v in st.items()} for slot, st in stats.items()}
+
+    def export(self, members: list[str] | None = None) -> dict[str, tuple[int, dict[str, bytes]]]:
+        """PEFT files of each member (all owned ones by default) with its current version."""
+        out = {}
+        for member in members if members is not None else list(self.slots):
+            if member not in self.slots:
+                continue
+            with tempfile.TemporaryDirectory(prefix="populora-export-") as tmp:
+                self.learner.save_adapter(self.slots[member], tmp)
+                out[member] = (self.versions[member], {p.name: p.read_bytes() for p in Path(tmp).iterdir()})
+        return out
+
+    def state_dict(self, member: str) -> dict[str, Any]:
+        """PEFT-keyed state dict of one member (what the evolution operators take)."""
+        from learners.peft_io import slot_state_dict
+
+        return slot_state_dict(self.model, self.slots[member])
+
+    def replace(self, victim: str, child: str, state: dict[str, Any]) -> None:
+        """Evolution: the child takes the victim's slot (weights in place, fresh optimizer state)."""
+        from learners.peft_io import load_slot_state_dict
+
+        slot = self.slots.pop(victim)
+        self.versions.pop(victim)
+        load_slot_state_dict(self.model, slot, state)
+        self.learner.optimizers.reset(slot)
+        self.slots[child] = slot
+        self.versions[child] = 0
+
+    def checkpoint_files(self) -> dict[str, bytes]:
+        """Relative path -> bytes: ``adapters/<member>/`` PEFT directories, optimizer states, RNG, slot table."""
+        import torch
+
+        files: dict[str, bytes] = {}
+        for member, (version, peft_files) in self.export().items():
+            for name, data in peft_files.items():
+                files[f"adapters/{member}/{name}"] = data
+        buffer = io.BytesIO()
+        torch.save(self.learner.optimizers.state_dict(), buffer)
+        files["optimizers.pt"] = buffer.getvalue()
+        rng = io.BytesIO()
+        torch.save(torch.get_rng_state(), rng)
+        files["torch_rng.pt"] = rng.getvalue()
+        files["slots.json"] = json.dumps({"slots": self.slots, "versions": self.versions}).encode()
+        return files
+
+    def restore_files(self, files: dict[str, bytes]) -> None:
+        import torch
+
+        table = json.loads(files["slots.json"])
+        self.slots, self.versions = table["slots"], table["versions"]
+        for member, slot in self.slots.items():
+            with tempfile.TemporaryDirectory(prefix="populora-restore-") as tmp:
+                for key, data in files.items():
+                    if key.startswith(f"adapters/{member}/"):
+                        (Path(tmp) / key.rsplit("/", 1)[1]).write_bytes(data)
+                self.learner.load_adapter(slot, tmp)
+        self.learner.optimizers.load_state_dict(torch.load(io.BytesIO(files["optimizers.pt"]), weights_only=False))
+        torch.set_rng_state(torch.load(io.BytesIO(files["torch_rng.pt"]), weights_only=False))

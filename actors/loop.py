@@ -1,0 +1,99 @@
+"""One PopuLoRA step: match, propose, validate, solve, update (and evolve every E steps).
+
+On-policy: every phase of step t uses the adapter versions published at the end of step t-1; the
+update of step t trains on samples drawn by exactly those versions (the engine reports the version
+that produced each sample). Phases are not overlapped across steps.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
+
+import ray
+
+from actors.rollouts import (
+    Sample,
+    parsed_proposals,
+    proposal_jobs,
+    reference_counts,
+    solve_jobs,
+    solve_rates,
+)
+from actors.step_metrics import step_row
+from verifier.rewards import learnability_reward, student_reward, teacher_reward
+
+if TYPE_CHECKING:
+    from actors.system import System
+
+
+class PhaseTimer:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        self.seconds[phase] = round(time.perf_counter() - start, 4)
+
+
+def run_step(system: "System", step: int) -> dict[str, Any]:
+    """Run step ``step`` of the loop on the actors of ``system``; returns its metrics row."""
+    cfg, league, timer = system.config, system.league, PhaseTimer()
+    families, n_inputs = cfg.tasks.families, cfg.tasks.code_f_inputs
+
+    with timer("match"):
+        pairs = ray.get(league.match.remote(step))  # [(teacher, student)]; single agent: [(a, a)]
+
+    with timer("propose"):
+        counts = reference_counts(pairs, families, cfg.tasks.tasks_per_teacher)
+        references = ray.get(league.references.remote(counts, cfg.tasks.references_k))
+        proposals = proposal_jobs(pairs, families, cfg.tasks.tasks_per_teacher, references, n_inputs)
+        outputs = system.generate([system.request(j.teacher, j.prompt, seed=system.seed(step, "p", i))
+                                   for i, j in enumerate(proposals)])
+        for job, (generation,) in zip(proposals, outputs):
+            job.text, job.generation = generation.text, generation
+
+    with timer("validate"):
+        validations = system.verifiers.validate(proposals, parsed_proposals(proposals, n_inputs), n_inputs)
+
+    with timer("solve"):
+        solves = solve_jobs(proposals, validations)
+        outputs = system.generate([system.request(s.student, s.prompt, n=cfg.tasks.rollouts_k,
+                                                  seed=system.seed(step, "s", i)) for i, s in enumerate(solves)])
+        for job, generations in zip(solves, outputs):
+            job.generations = generations
+        judgements = system.verifiers.judge([(s.task, g.text) for s in solves for g in s.generations])
+        per_job = [judgements[i * cfg.tasks.rollouts_k:(i + 1) * cfg.tasks.rollouts_k] for i in range(len(solves))]
+        rho = solve_rates(len(proposals), solves, per_job)
+
+    with timer("update"):
+        r = cfg.rewards
+
+        def proposer_reward(rho_i: float | None) -> float:  # single agent: AZR's learnability reward
+            if rho_i is not None and cfg.population.single_agent:
+                return learnability_reward(rho_i)
+            return teacher_reward(rho_i is not None, rho_i, invalid=r.teacher_invalid)
+
+        samples = [
+            Sample(j.teacher, "teacher", j.family, j.prompt, j.generation.token_ids, j.generation.logprobs,
+                   proposer_reward(rho[i]), j.generation.adapter_version)
+            for i, j in enumerate(proposals)
+        ] + [
+            Sample(s.student, "student", s.task.family, s.prompt, g.token_ids, g.logprobs,
+                   student_reward(v.correct, v.well_formed, wrong=r.student_wrong, malformed=r.student_malformed,
+                                  correct_reward=r.student_correct), g.adapter_version)
+            for s, verdicts in zip(solves, per_job) for g, v in zip(s.generations, verdicts)
+        ]
+        train_stats = system.train(samples)
+        system.publish_adapters()
+        outcomes = [(j.teacher, j.student, rho[i] is not None, rho[i] or 0.0) for i, j in enumerate(proposals)]
+        ray.get(league.record.remote(step, outcomes, [v.task.to_dict() for v in validations if v.valid]))
+
+    events: list[dict[str, Any]] = []
+    with timer("evolve"):
+        events = system.evolve(step)  # empty except every E steps
+
+    return step_row(step, system, proposals, validations, solves, per_job, rho, samples, train_stats, events, timer.seconds)

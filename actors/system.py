@@ -1,0 +1,207 @@
+"""The running system: every actor handle, and the driver-side calls the loop makes on them.
+
+``System.start`` creates the actors of the placement plan (named, in namespace ``populora``): the
+inference engine, one learner per role (per learner GPU), the verifier pool and the league.
+Members are LoRA adapters named by id (``t0``, ``s0``, ...; ``a0`` for the single agent); the
+league owns the registry, each learner owns the trainable copies of its role's members, the engine
+serves the published versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.cluster import actor_options
+from actors.engines.requests import GenerationRequest
+from actors.inference_actor import InferenceActor
+from actors.league_actor import LeagueActor
+from actors.learner_actor import LearnerActor
+from actors.placement import PlacementPlan
+from actors.rollouts import Sample
+from actors.verifier_pool import VerifierActor, VerifierPool
+from configs import Config
+from verifier.metrics import Coverage
+
+
+def initial_members(config: Config) -> list[tuple[str, str]]:
+    """(id, role) of the starting population; the single agent is one member playing both roles."""
+    if config.population.single_agent:
+        return [("a0", "agent")]
+    return [(f"t{i}", "teacher") for i in range(config.population.teachers)] + [
+        (f"s{i}", "student") for i in range(config.population.students)
+    ]
+
+
+@dataclass
+class System:
+    config: Config
+    plan: PlacementPlan
+    inference: Any
+    learners: dict[str, list[Any]]  # role -> learner shards
+    verifiers: "VerifierCalls"
+    league: Any
+    backend: str
+    coverage: Coverage = field(default_factory=Coverage)
+    versions: dict[str, int] = field(default_factory=dict)
+    _learner_groups: dict[int, Any] = field(default_factory=dict)
+
+    # start / stop ------------------------------------------------------------------------------
+    @classmethod
+    def start(cls, config: Config, plan: PlacementPlan, model_path: str) -> "System":
+        groups: dict[int, Any] = {}
+        members = initial_members(config)
+        cfg = config
+        inference_plan = plan.by_role("inference")[0]  # replicas beyond the first: see docs/system.md
+        inference = InferenceActor.options(**actor_options(plan, inference_plan, groups)).remote(
+            cfg.inference.backend, model_path, max_adapters=len(members), max_lora_rank=cfg.lora.rank,
+            dtype=cfg.model.dtype, max_model_len=cfg.model.max_seq_len, engine_args=cfg.inference.vllm_engine_args,
+            seed=cfg.run.seed, target_modules=tuple(cfg.lora.target_modules),
+        )
+        learners: dict[str, list[Any]] = {}
+        for actor in plan.actors:
+            if not actor.role.startswith("learner"):
+                continue
+            role = actor.role.removeprefix("learner-")
+            shard = len(learners.get(role, []))
+            owned = [m for i, (m, r) in enumerate(x for x in members if x[1] == role) if i % plan.learner_shards == shard]
+            learners.setdefault(role, []).append(
+                LearnerActor.options(**actor_options(plan, actor, groups)).remote(
+                    model_path, owned, cfg.lora.model_dump(), cfg.rl.model_dump(), cfg.model.dtype, cfg.run.seed + shard
+                )
+            )
+        verifier_actors = [
+            VerifierActor.options(**actor_options(plan, a, groups)).remote(
+                cfg.verifier.timeout_s, cfg.verifier.memory_mb, cfg.verifier.max_output_chars,
+                max(1, int(a.num_cpus)),
+            )
+            for a in plan.by_role("verifier")
+        ]
+        seed_file = cfg.tasks.seed_file or (Path(model_path) / "tasks.jsonl" if (Path(model_path) / "tasks.jsonl").is_file() else None)
+        league = LeagueActor.options(**actor_options(plan, plan.by_role("league")[0], groups)).remote(
+            cfg.model_dump(mode="json"), members, str(seed_file) if seed_file else None
+        )
+        backend = ray.get(inference.backend.remote())
+        ray.get([l.ready.remote() for shards in learners.values() for l in shards] + [league.ready.remote()])
+        return cls(cfg, plan, inference, learners, VerifierCalls(VerifierPool(verifier_actors)), league, backend,
+                   _learner_groups=groups)
+
+    def stop(self) -> None:
+        for shards in self.learners.values():
+            for learner in shards:
+                ray.kill(learner)
+        ray.kill(self.inference)
+
+    # generation --------------------------------------------------------------------------------
+    def request(self, member: str, prompt: str, n: int = 1, seed: int | None = None) -> GenerationRequest:
+        inf = self.config.inference
+        return GenerationRequest(adapter=member, prompt=prompt, temperature=inf.temperature, top_p=inf.top_p,
+                                 max_tokens=inf.max_tokens, n=n, seed=seed)
+
+    def seed(self, step: int, phase: str, index: int) -> int:
+        """A per-request seed derived from (run seed, step, phase, index), spaced so n samples never collide."""
+        digest = hashlib.sha256(f"{self.config.run.seed}/{step}/{phase}/{index}".encode()).digest()
+        return int.from_bytes(digest[:4], "little") * 64 % (2**31 - 64)
+
+    def generate(self, requests: list[GenerationRequest]) -> list[list[Any]]:
+        if not requests:
+            return []
+        return ray.get(self.inference.generate.remote(requests))
+
+    # learners ----------------------------------------------------------------------------------
+    def learner_of(self, member: str) -> Any:
+        owners = ray.get([l.owns.remote(member) for shards in self.learners.values() for l in shards])
+        flat = [l for shards in self.learners.values() for l in shards]
+        return flat[owners.index(True)]
+
+    def train(self, samples: list[Sample]) -> dict[str, Any]:
+        """Every learner trains all its members present in ``samples`` in one pass; returns per-member stats."""
+        flat = [l for shards in self.learners.values() for l in shards]
+        owned = ray.get([l.members.remote() for l in flat])
+        calls = [l.train.remote([s for s in samples if s.member in mine]) for l, mine in zip(flat, owned)]
+        stats: dict[str, Any] = {}
+        for result in ray.get(calls):
+            stats.update(result)
+        return stats
+
+    def publish_adapters(self, all_members: bool = False, members: list[str] | None = None) -> None:
+        """Export each learner's members as new versions and make them live in the engine."""
+        flat = [l for shards in self.learners.values() for l in shards]
+        exports = ray.get([l.export.remote(members) for l in flat])
+        loads = []
+        for exported in exports:
+            for member, (version, files) in exported.items():
+                self.versions[member] = version
+                loads.append(self.inference.load_adapter_files.remote(member, files, version))
+        ray.get(loads)
+
+    # evolution ---------------------------------------------------------------------------------
+    def evolve(self, step: int) -> list[dict[str, Any]]:
+        """The league picks victims and parents; the child is made from the parents' adapters and takes
+        the victim's learner slot (fresh optimizer state) and engine adapter."""
+        events = []
+        for selection in ray.get(self.league.plan_replacements.remote(step)):
+            parents = {p: self.learner_of(p).state_dict.remote(p) for p in selection.parents}
+            event = ray.get(self.league.make_child.remote(selection, {p: ray.get(r) for p, r in parents.items()}))
+            child_state = event.pop("state_dict")
+            ray.get(self.learner_of(selection.victim).replace.remote(selection.victim, event["child"], child_state))
+            ray.get(self.inference.remove_adapter.remote(selection.victim))
+            self.publish_adapters(members=[event["child"]])
+            events.append(event)
+        return events
+
+    # metrics and checkpoints -------------------------------------------------------------------
+    def publish_metrics(self, row: dict[str, Any]) -> None:
+        ray.get(self.league.publish_metrics.remote(row))
+
+    def checkpoint(self, directory: Path, step: int) -> None:
+        flat = [l for shards in self.learners.values() for l in shards]
+        states = ray.get([l.checkpoint_files.remote() for l in flat])
+        for i, files in enumerate(states):
+            for name, data in files.items():
+                path = directory / "learners" / str(i) / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+        (directory / "league.json").write_text(json.dumps(ray.get(self.league.state_dict.remote())))
+        (directory / "driver.json").write_text(json.dumps({
+            "step": step, "coverage": self.coverage.state_dict(), "versions": self.versions,
+        }))
+
+    def restore(self, directory: Path) -> None:
+        flat = [l for shards in self.learners.values() for l in shards]
+        calls = []
+        for i, learner in enumerate(flat):
+            root = directory / "learners" / str(i)
+            files = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+            calls.append(learner.restore_files.remote(files))
+        ray.get(calls)
+        ray.get(self.league.load_state_dict.remote(json.loads((directory / "league.json").read_text())))
+        driver = json.loads((directory / "driver.json").read_text())
+        self.coverage.load_state_dict(driver["coverage"])
+        self.publish_adapters(all_members=True)
+
+
+class VerifierCalls:
+    """The two verifier calls of a step, spread over the pool (chunked, retried when an actor dies)."""
+
+    def __init__(self, pool: VerifierPool):
+        self.pool = pool
+
+    def validate(self, jobs: list[Any], proposals: list[Any], n_inputs: int) -> list[Any]:
+        order = sorted(range(len(jobs)), key=lambda i: jobs[i].family)
+        out: list[Any] = [None] * len(jobs)
+        for family in sorted({j.family for j in jobs}):
+            idx = [i for i in order if jobs[i].family == family]
+            results = self.pool.map(lambda a, chunk, f=family: a.validate.remote(f, chunk, n_inputs), [proposals[i] for i in idx])
+            for i, r in zip(idx, results):
+                out[i] = r
+        return out
+
+    def judge(self, items: list[tuple[Any, str]]) -> list[Any]:
+        return self.pool.map(lambda a, chunk: a.judge.remote(chunk), items) if items else []

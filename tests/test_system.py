@@ -1,0 +1,118 @@
+"""The system on a real local Ray cluster: an end-to-end run, named actors, resume, job submit, placement,
+a verifier killed mid-batch, and the report on a real run.
+
+All runs use the tiny test model (built once per machine and cached) and a short configuration. Every
+Ray cluster here binds loopback only (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, set in conftest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT = [
+    "model.tiny_variant=test",
+    "tasks.tasks_per_teacher=3",
+    "tasks.rollouts_k=2",
+    "inference.max_tokens=96",
+    "evolution.period=2",
+    "evolution.protection_steps=1",
+    "run.checkpoint_every=1",
+    "verifier.actors=2",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> Path:
+    from tinycoder import ensure_model
+
+    return ensure_model("test", progress=False)
+
+
+def launch(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **(env or {})}
+    full_env.pop("RAY_ADDRESS", None)
+    return subprocess.run([sys.executable, "launch.py", *args], cwd=ROOT, env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_end_to_end_run_then_resume(tiny_model, tmp_path):
+    run_dir = tmp_path / "run"
+    first = launch("--run-dir", str(run_dir), "--steps", "2", *SHORT)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rows = metrics(run_dir)
+    assert [r["step"] for r in rows] == [1, 2]
+    keys = {"step", "members", "valid_rate", "solve_rate", "teacher_reward", "student_reward", "program_ast_depth",
+            "program_cyclomatic", "program_loc", "program_variables", "coverage", "phase_seconds", "evolution"}
+    assert keys <= set(rows[0])
+    assert set(rows[0]["phase_seconds"]) >= {"match", "propose", "validate", "solve", "update"}
+    assert {m["role"] for m in rows[0]["members"]} == {"teacher", "student"}
+    assert rows[1]["evolution"], "evolution is due at step 2 (period 2)"
+    event = rows[1]["evolution"][0]
+    assert event["child"] in {m["id"] for m in rows[1]["members"]}
+    assert any(m["parent"] for m in rows[1]["members"])
+    assert "step    2/2" in first.stdout and "run finished" in first.stdout
+    checkpoint = run_dir / "checkpoints" / "step-2"
+    saved_league = json.loads((checkpoint / "league.json").read_text())
+    assert list((checkpoint / "learners").rglob("adapter_model.safetensors"))
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+
+    second = launch("--resume", str(run_dir), "--steps", "1")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed from" in second.stdout
+    assert [r["step"] for r in metrics(run_dir)] == [1, 2, 3]
+    resumed_members = {m["id"] for m in metrics(run_dir)[2]["members"]}
+    assert resumed_members == set(saved_league["roles"])  # the league continued from the saved state
+
+    report = subprocess.run([sys.executable, "-m", "actors.report", str(run_dir)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=180)
+    assert report.returncode == 0, report.stderr
+    assert len(list((run_dir / "plots").glob("*.png"))) == 5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_ray_job_submit_runs_a_short_job_with_token_auth(tiny_model, tmp_path):
+    ray_bin = Path(sys.executable).with_name("ray")
+    ray_cmd = str(ray_bin) if ray_bin.exists() else shutil.which("ray")
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
+    env.pop("RAY_ADDRESS", None)
+    port, dash = free_port(), free_port()
+    temp = tmp_path / "ray"
+    start = subprocess.run([ray_cmd, "start", "--head", f"--port={port}", f"--dashboard-port={dash}",
+                            "--dashboard-host=127.0.0.1", "--num-cpus=2", f"--temp-dir={temp}"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert start.returncode == 0, start.stderr
+    try:
+        run_dir = tmp_path / "job-run"
+        job = subprocess.run(
+            [ray_cmd, "job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
+             "--runtime-env-json", json.dumps({"env_vars": {"XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))}}),
+             "--", "python", "launch.py", "--run-dir", str(run_dir), "--steps", "1", *SHORT, "evolution.enabled=false"],
+            env=env, capture_output=True, text=True, timeout=600,
+        )
+        assert job.returncode == 0, (job.stdout[-3000:], job.stderr[-3000:])
+        assert "succeeded" in job.stdout.lower()
+        assert "connecting: Ray cluster at" in job.stdout
+        assert [r["step"] for r in metrics(run_dir)] == [1]
+    finally:
+        subprocess.run([ray_cmd, "stop", "--force"], env=env, capture_output=True, timeout=120)
