@@ -97,7 +97,8 @@ def train(config: Config, resume: bool = False) -> int:
           f"+ {config.verifier.actors} verifiers; inference backend: {system.backend}", flush=True)
     if checkpoint is not None:
         system.restore(checkpoint)
-        print(f"[populora] resumed from {checkpoint} (continuing at step {start_step})", flush=True)
+        print(f"[populora] resumed from {checkpoint}: league state equal to the saved one; continuing at step {start_step}",
+              flush=True)
     else:
         system.publish_adapters(all_members=True)
 

@@ -4,6 +4,7 @@ Layout::
 
     RUN_DIR/config.yaml            the resolved configuration
     RUN_DIR/metrics.jsonl          one JSON object per step
+    RUN_DIR/samples.jsonl          a few raw proposals and answers per step, with the verifier's verdicts
     RUN_DIR/tensorboard/           TensorBoard event files
     RUN_DIR/checkpoints/step-N/    one complete checkpoint per N (written as .tmp-step-N, then renamed)
     RUN_DIR/checkpoints/latest     name of the newest complete checkpoint (replaced atomically)
@@ -70,7 +71,13 @@ class RunDirectory:
         _write_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
 
     def append_metrics(self, row: dict[str, Any]) -> None:
+        """Append one step; its ``examples`` (raw model text) go to samples.jsonl, not metrics.jsonl."""
         self.root.mkdir(parents=True, exist_ok=True)
+        row = dict(row)
+        examples = row.pop("examples", [])
+        if examples:
+            with open(self.root / "samples.jsonl", "a") as handle:
+                handle.write("".join(json.dumps({"step": row["step"], **e}) + "\n" for e in examples))
         with open(self.metrics_path, "a") as handle:
             handle.write(json.dumps(row) + "\n")
             handle.flush()

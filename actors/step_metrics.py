@@ -4,7 +4,8 @@ Keys: ``step``, ``members`` (id, role, mu, sigma, conservative, parent, reward),
 ``solve_rate`` (solved rollouts over all rollouts of valid tasks), ``teacher_reward``,
 ``student_reward``, ``program_*`` (mean complexity of the valid proposals' programs),
 ``coverage`` (distinct AST node-type n-grams seen so far), ``distinct_structures``, ``new_structures``, ``rho`` (histogram),
-``matches``, ``per_family``, ``phase_seconds``, ``evolution``, ``train`` (per-member learner stats).
+``matches``, ``per_family``, ``phase_seconds``, ``evolution``, ``train`` (per-member learner stats);
+``examples`` (a few raw proposals and answers) is moved by the driver to ``samples.jsonl``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,26 @@ def rho_histogram(rho: Sequence[float | None]) -> list[int]:
     counts += [sum(1 for r in valid if lo < r <= hi and r < 1.0) for lo, hi in zip(edges, edges[1:])]
     counts.append(sum(1 for r in valid if r == 1.0))
     return counts
+
+
+def examples(proposals: Sequence[Any], validations: Sequence[Any], solves: Sequence[Any],
+             judgements: Sequence[Sequence[Any]], per_teacher: int = 2) -> list[dict[str, Any]]:
+    """A few raw proposals (valid or not, with the verifier's reason) and student answers, for reading."""
+    out: list[dict[str, Any]] = []
+    seen: dict[str, int] = defaultdict(int)
+    for i, (job, verdict) in enumerate(zip(proposals, validations)):
+        if seen[job.teacher] >= per_teacher:
+            continue
+        seen[job.teacher] += 1
+        record = {"kind": "proposal", "member": job.teacher, "family": job.family, "valid": verdict.valid,
+                  "reason": verdict.reason, "text": job.text}
+        solve = next((k for k, s in enumerate(solves) if s.proposal == i), None)
+        if solve is not None and solves[solve].generations:
+            answer = solves[solve].generations[0]
+            record["answer"] = {"member": solves[solve].student, "text": answer.text,
+                                "correct": judgements[solve][0].correct, "reason": judgements[solve][0].reason}
+        out.append(record)
+    return out
 
 
 def step_row(
@@ -93,4 +114,5 @@ def step_row(
         "phase_seconds": phase_seconds,
         "evolution": events,
         "train": train_stats,
+        "examples": examples(proposals, validations, solves, judgements),
     }

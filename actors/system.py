@@ -43,7 +43,7 @@ def initial_members(config: Config) -> list[tuple[str, str]]:
 class System:
     config: Config
     plan: PlacementPlan
-    inference: Any
+    inference: list[Any]  # one engine replica per entry; requests are split between them
     learners: dict[str, list[Any]]  # role -> learner shards
     verifiers: "VerifierCalls"
     league: Any
@@ -58,12 +58,14 @@ class System:
         groups: dict[int, Any] = {}
         members = initial_members(config)
         cfg = config
-        inference_plan = plan.by_role("inference")[0]  # replicas beyond the first: see docs/system.md
-        inference = InferenceActor.options(**actor_options(plan, inference_plan, groups)).remote(
-            cfg.inference.backend, model_path, max_adapters=len(members), max_lora_rank=cfg.lora.rank,
-            dtype=cfg.model.dtype, max_model_len=cfg.model.max_seq_len, engine_args=cfg.inference.vllm_engine_args,
-            seed=cfg.run.seed, target_modules=tuple(cfg.lora.target_modules),
-        )
+        inference = [
+            InferenceActor.options(**actor_options(plan, replica, groups)).remote(
+                cfg.inference.backend, model_path, max_adapters=len(members), max_lora_rank=cfg.lora.rank,
+                dtype=cfg.model.dtype, max_model_len=cfg.model.max_seq_len, engine_args=cfg.inference.vllm_engine_args,
+                seed=cfg.run.seed, target_modules=tuple(cfg.lora.target_modules),
+            )
+            for replica in plan.by_role("inference")
+        ]
         learners: dict[str, list[Any]] = {}
         for actor in plan.actors:
             if not actor.role.startswith("learner"):
@@ -87,7 +89,7 @@ class System:
         league = LeagueActor.options(**actor_options(plan, plan.by_role("league")[0], groups)).remote(
             cfg.model_dump(mode="json"), members, str(seed_file) if seed_file else None
         )
-        backend = ray.get(inference.backend.remote())
+        backend = ray.get(inference[0].backend.remote())
         ray.get([l.ready.remote() for shards in learners.values() for l in shards] + [league.ready.remote()])
         return cls(cfg, plan, inference, learners, VerifierCalls(VerifierPool(verifier_actors)), league, backend,
                    _learner_groups=groups)
@@ -96,7 +98,8 @@ class System:
         for shards in self.learners.values():
             for learner in shards:
                 ray.kill(learner)
-        ray.kill(self.inference)
+        for replica in self.inference:
+            ray.kill(replica)
 
     # generation --------------------------------------------------------------------------------
     def request(self, member: str, prompt: str, n: int = 1, seed: int | None = None) -> GenerationRequest:
@@ -110,9 +113,13 @@ class System:
         return int.from_bytes(digest[:4], "little") * 64 % (2**31 - 64)
 
     def generate(self, requests: list[GenerationRequest]) -> list[list[Any]]:
+        """Generations per request, in order; the batch is split evenly over the engine replicas."""
         if not requests:
             return []
-        return ray.get(self.inference.generate.remote(requests))
+        size = -(-len(requests) // len(self.inference))
+        calls = [replica.generate.remote(requests[i * size:(i + 1) * size])
+                 for i, replica in enumerate(self.inference) if requests[i * size:(i + 1) * size]]
+        return [out for chunk in ray.get(calls) for out in chunk]
 
     # learners ----------------------------------------------------------------------------------
     def learner_of(self, member: str) -> Any:
@@ -138,7 +145,7 @@ class System:
         for exported in exports:
             for member, (version, files) in exported.items():
                 self.versions[member] = version
-                loads.append(self.inference.load_adapter_files.remote(member, files, version))
+                loads += [replica.load_adapter_files.remote(member, files, version) for replica in self.inference]
         ray.get(loads)
 
     # evolution ---------------------------------------------------------------------------------
@@ -151,7 +158,7 @@ class System:
             event = ray.get(self.league.make_child.remote(selection, {p: ray.get(r) for p, r in parents.items()}))
             child_state = event.pop("state_dict")
             ray.get(self.learner_of(selection.victim).replace.remote(selection.victim, event["child"], child_state))
-            ray.get(self.inference.remove_adapter.remote(selection.victim))
+            ray.get([replica.remove_adapter.remote(selection.victim) for replica in self.inference])
             self.publish_adapters(members=[event["child"]])
             events.append(event)
         return events
@@ -181,7 +188,11 @@ class System:
             files = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
             calls.append(learner.restore_files.remote(files))
         ray.get(calls)
-        ray.get(self.league.load_state_dict.remote(json.loads((directory / "league.json").read_text())))
+        saved = json.loads((directory / "league.json").read_text())
+        ray.get(self.league.load_state_dict.remote(saved))
+        restored = ray.get(self.league.state_dict.remote())
+        if json.dumps(restored, sort_keys=True) != json.dumps(saved, sort_keys=True):
+            raise RuntimeError(f"the league state restored from {directory} differs from the saved one")
         driver = json.loads((directory / "driver.json").read_text())
         self.coverage.load_state_dict(driver["coverage"])
         self.publish_adapters(all_members=True)

@@ -73,7 +73,7 @@ def test_end_to_end_run_then_resume(tiny_model, tmp_path):
 
     second = launch("--resume", str(run_dir), "--steps", "1")
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "resumed from" in second.stdout
+    assert "league state equal to the saved one" in second.stdout
     assert [r["step"] for r in metrics(run_dir)] == [1, 2, 3]
     resumed_members = {m["id"] for m in metrics(run_dir)[2]["members"]}
     assert resumed_members == set(saved_league["roles"])  # the league continued from the saved state
