@@ -326,3 +326,18 @@ def test_auto_picks_vllm_where_it_imports_and_says_why(tiny_qwen2, caplog):
         make_engine("vllm", tiny_qwen2, max_adapters=1, max_lora_rank=8)
     with pytest.raises(ValueError, match="unknown inference backend"):
         make_engine("tgi", tiny_qwen2, max_adapters=1, max_lora_rank=8)  # type: ignore[arg-type]
+
+
+@pytest.mark.gpu
+def test_transformers_engine_on_cuda_matches_the_reference(tiny_qwen2, adapter_dirs, reference):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    engine = make_engine("hf", tiny_qwen2, max_adapters=2, max_lora_rank=8, max_model_len=MAX_LEN, device="cuda")
+    engine.load_adapter("a0", adapter_dirs["a0"], version=1)
+    requests = [greedy("a0", PROMPTS[0]), greedy(None, PROMPTS[0]),
+                GenerationRequest("a0", PROMPTS[1], temperature=0.9, top_p=0.8, max_tokens=MAX_TOKENS, seed=3)]
+    greedy_a0, greedy_base, sampled = (gens[0] for gens in engine.generate(requests))
+    assert greedy_a0.token_ids == reference.greedy("a0", PROMPTS[0])
+    assert greedy_base.token_ids == reference.greedy(None, PROMPTS[0])
+    assert len(sampled.token_ids) == len(sampled.logprobs) > 0
+    engine.close()

@@ -143,19 +143,21 @@ class HFEngine(EngineBase):
             input_ids[i, width - n :] = torch.tensor(row.prepared.prompt_ids)
             mask[i, width - n :] = 1
         positions = (mask.cumsum(-1) - 1).clamp_(min=0)
-        temperature = torch.tensor([r.prepared.request.temperature for r in rows])
-        top_p = torch.tensor([r.prepared.request.top_p for r in rows])
+        dev = self.device
+        temperature = torch.tensor([r.prepared.request.temperature for r in rows], device=dev)
+        top_p = torch.tensor([r.prepared.request.top_p for r in rows], device=dev)
         live = list(range(len(rows)))  # indices into rows of the rows still in the batch
         cache = DynamicCache()
-        dev = self.device
         self.model.set_adapter_index([r.slot for r in rows])
         try:
             out = self.model(input_ids=input_ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev),
                              past_key_values=cache, use_cache=True, logits_to_keep=1)
             while True:
                 batch = [rows[i] for i in live]
-                tokens, logprobs = sample_tokens(out.logits[:, -1, :].cpu(), temperature[live], top_p[live],
+                live_index = torch.tensor(live, device=dev)
+                tokens, logprobs = sample_tokens(out.logits[:, -1, :], temperature[live_index], top_p[live_index],
                                                  [r.generator for r in batch])
+                tokens = tokens.cpu()
                 keep = [k for k, (row, tok, lp) in enumerate(zip(batch, tokens.tolist(), logprobs.tolist()))
                         if self._append(row, tok, lp)]
                 if not keep:

@@ -26,7 +26,10 @@ def sample_tokens(
     top_p: torch.Tensor,
     generators: Sequence[torch.Generator],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick one token per row of ``logits`` [B, V]; return (token ids [B], log pi(token) [B])."""
+    """Pick one token per row of ``logits`` [B, V]; return (token ids [B], log pi(token) [B]).
+
+    ``temperature`` and ``top_p`` [B] are on the logits' device; ``generators`` are CPU generators.
+    """
     logits = logits.float()
     logprobs = torch.log_softmax(logits, dim=-1)
     tokens = logits.argmax(dim=-1)
@@ -42,7 +45,8 @@ def sample_tokens(
         else:
             order = None
         cdf = probs.cumsum(dim=-1)
-        u = torch.stack([torch.rand((), generator=generators[i]) for i in sampled.tolist()])
+        # The generators live on the CPU (cheap per-row state); only the B uniforms move to the logits' device.
+        u = torch.stack([torch.rand((), generator=generators[i]) for i in sampled.tolist()]).to(logits.device)
         # right=True: the first index whose cdf exceeds u * total never lands on a zero-probability token.
         choice = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).clamp_(max=cdf.shape[-1] - 1)
         picked = order.gather(1, choice) if order is not None else choice
