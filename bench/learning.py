@@ -1,0 +1,146 @@
+"""Does the RL learn? Train the tiny population and the tiny single agent for the same steps, and
+measure the students on a fixed held-out probe set of tasks that neither run ever sees.
+
+    python bench/learning.py [--steps 20] [--samples 4] [--probes 60] [--variant default]
+
+The probe tasks come from the tiny model's own program generator with a seed that neither the model's
+training corpus nor its seed tasks use, their outputs computed by the verifier; probe programs that
+also appear among the model's seed tasks are dropped. Each student answers each probe ``--samples``
+times (temperature 1); its solve rate is the fraction judged correct. "start" is the untrained
+adapters (Delta W = 0, i.e. the base model), "end" the final checkpoint of each run (population: the
+mean over its students). The teachers' valid-proposal rate and program complexity over time come from
+each run's metrics.jsonl. Prints one JSON object on its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import fmean
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from actors.engines import make_engine  # noqa: E402
+from actors.engines.requests import GenerationRequest  # noqa: E402
+from tinycoder import ensure_model  # noqa: E402
+from tinycoder.corpus import CorpusSettings, build_corpus  # noqa: E402
+from tinycoder.examples import f_task, io_task  # noqa: E402
+from verifier import Verifier  # noqa: E402
+from verifier.buffers import load_seed_file  # noqa: E402
+from verifier.families import judge_answers  # noqa: E402
+from verifier.prompts import student_prompt  # noqa: E402
+
+PROBE_SEED = 7_777_777
+
+
+def log(message: str) -> None:
+    print(f"[learning] {message}", file=sys.stderr, flush=True)
+
+
+def probe_tasks(model_dir: Path, count: int, n_inputs: int, verifier: Verifier) -> list:
+    """``count`` held-out tasks, families in rotation, from a generator seed no training data uses."""
+    seen = {t.program for t in load_seed_file(model_dir / "tasks.jsonl")} if (model_dir / "tasks.jsonl").is_file() else set()
+    corpus = build_corpus(verifier, CorpusSettings(programs=count * 3, inputs_per_program=n_inputs, min_inputs=n_inputs), PROBE_SEED)
+    corpus = [item for item in corpus if item.program.source not in seen]
+    random.Random(PROBE_SEED).shuffle(corpus)
+    families = ("code_o", "code_i", "code_f")
+    tasks = []
+    for i, item in enumerate(corpus[:count]):
+        family = families[i % 3]
+        tasks.append(f_task(item, n_inputs) if family == "code_f" else io_task(family, item))
+    return tasks
+
+
+def solve_rate(engine, adapter: str | None, tasks: list, samples: int, max_tokens: int, verifier: Verifier) -> float:
+    requests = [GenerationRequest(adapter, student_prompt(t), temperature=1.0, max_tokens=max_tokens, n=samples, seed=1000 + 64 * i)
+                for i, t in enumerate(tasks)]
+    outputs = engine.generate(requests)
+    verdicts = judge_answers(verifier, [(t, g.text) for t, gens in zip(tasks, outputs) for g in gens])
+    return fmean(float(v.correct) for v in verdicts)
+
+
+def train(config: str, run_dir: Path, steps: int, variant: str) -> float:
+    start = time.perf_counter()
+    cmd = [sys.executable, "launch.py", "--config", config, "--run-dir", str(run_dir), "--steps", str(steps),
+           f"model.tiny_variant={variant}", f"run.checkpoint_every={steps}"]
+    log(" ".join(cmd[1:]))
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"training run failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return time.perf_counter() - start
+
+
+def final_students(run_dir: Path) -> dict[str, Path]:
+    """Member id -> PEFT directory of every student (or the single agent) in the latest checkpoint."""
+    pointer = (run_dir / "checkpoints" / "latest").read_text().strip()
+    checkpoint = run_dir / "checkpoints" / pointer
+    league = json.loads((checkpoint / "league.json").read_text())
+    students = {m for m, role in league["roles"].items() if role in ("student", "agent")}
+    return {p.parent.name: p.parent for p in checkpoint.glob("learners/*/adapters/*/adapter_config.json") if p.parent.name in students}
+
+
+def trajectory(run_dir: Path) -> dict[str, list[float]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    keys = ("valid_rate", "solve_rate", "program_ast_depth", "program_cyclomatic", "program_loc", "program_variables", "coverage")
+    return {k: [r[k] for r in rows] for k in keys}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=4, help="answers per probe task and student")
+    parser.add_argument("--probes", type=int, default=60)
+    parser.add_argument("--variant", default="default", choices=("default", "test"))
+    parser.add_argument("--max-tokens", type=int, default=192)
+    args = parser.parse_args()
+
+    model_dir = ensure_model(args.variant)
+    verifier = Verifier()
+    probes = probe_tasks(model_dir, args.probes, 4, verifier)
+    log(f"{len(probes)} held-out probe tasks")
+    with tempfile.TemporaryDirectory(prefix="populora-learning-") as tmp:
+        pop_dir, single_dir = Path(tmp) / "population", Path(tmp) / "single"
+        pop_seconds = train("configs/tiny.yaml", pop_dir, args.steps, args.variant)
+        single_seconds = train("configs/tiny-single.yaml", single_dir, args.steps, args.variant)
+        pop_students, single_students = final_students(pop_dir), final_students(single_dir)
+
+        rank = json.loads(next(iter(pop_students.values())).joinpath("adapter_config.json").read_text())["r"]
+        engine = make_engine("hf", model_dir, max_adapters=len(pop_students) + len(single_students), max_lora_rank=rank)
+        start = solve_rate(engine, None, probes, args.samples, args.max_tokens, verifier)
+        log(f"probe solve rate at the start (untrained adapters = base): {start:.3f}")
+        ends = {}
+        for version, (member, path) in enumerate({**{f"pop-{k}": v for k, v in pop_students.items()},
+                                                  **{f"single-{k}": v for k, v in single_students.items()}}.items()):
+            engine.load_adapter(member, path, version + 1)
+            ends[member] = solve_rate(engine, member, probes, args.samples, args.max_tokens, verifier)
+            log(f"probe solve rate of {member} after {args.steps} steps: {ends[member]:.3f}")
+        pop_end = fmean(v for k, v in ends.items() if k.startswith("pop-"))
+        single_end = fmean(v for k, v in ends.items() if k.startswith("single-"))
+        result = {
+            "steps": args.steps,
+            "probe_tasks": len(probes),
+            "samples_per_task": args.samples,
+            "probe_solve_start": round(start, 4),
+            "probe_solve_end": round(pop_end, 4),
+            "probe_solve_end_per_student": {k: round(v, 4) for k, v in ends.items() if k.startswith("pop-")},
+            "single_probe_solve_end": round(single_end, 4),
+            "improvement": round(pop_end - start, 4),
+            "single_improvement": round(single_end - start, 4),
+            "population": trajectory(pop_dir),
+            "single": trajectory(single_dir),
+            "population_minutes": round(pop_seconds / 60, 2),
+            "single_minutes": round(single_seconds / 60, 2),
+        }
+    verifier.close()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
