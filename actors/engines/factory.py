@@ -78,6 +78,8 @@ def make_engine(
             log.info("inference backend: transformers (%s)", why)
     else:
         log.info("inference backend: transformers (requested)")
+    if engine_args:
+        log.info("transformers backend: ignoring the vLLM engine_args %s", sorted(engine_args))
     from actors.engines.hf_engine import HFEngine
 
     return HFEngine(**common, **hf_options)
