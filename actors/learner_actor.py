@@ -49,7 +49,6 @@ class LearnerActor:
             UpdateConfig(epochs=rl["epochs"], micro_batch_tokens=rl["micro_batch_tokens"]),
             pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0,
         )
-        self._prompt_ids: dict[str, list[int]] = {}
 
     def __repr__(self) -> str:
         return f"LearnerActor({ray.get_runtime_context().get_actor_name()})"
@@ -63,21 +62,12 @@ class LearnerActor:
     def owns(self, member: str) -> bool:
         return member in self.slots
 
-    def _prompt(self, prompt: str) -> list[int]:
-        ids = self._prompt_ids.get(prompt)
-        if ids is None:
-            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-            if len(self._prompt_ids) > 4096:
-                self._prompt_ids.clear()
-            self._prompt_ids[prompt] = ids
-        return ids
-
     def train(self, samples: list[Any]) -> dict[str, dict[str, float]]:
         """One update of every owned member present in ``samples`` (rollouts.Sample); stats per member id."""
         from learners.batching import Sample
 
         batch = [
-            Sample(self.slots[s.member], self._prompt(s.prompt), s.completion_ids, s.reward, (s.role, s.family))
+            Sample(self.slots[s.member], s.prompt_ids, s.completion_ids, s.reward, (s.role, s.family))
             for s in samples if s.completion_ids and s.member in self.slots
         ]
         if not batch:

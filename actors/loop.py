@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any, Iterator
 import ray
 
 from actors.rollouts import (
-    Sample,
     parsed_proposals,
     proposal_jobs,
     reference_counts,
     solve_jobs,
     solve_rates,
+    student_samples,
+    teacher_samples,
 )
 from actors.step_metrics import step_row
-from verifier.rewards import learnability_reward, student_reward, teacher_reward
 
 if TYPE_CHECKING:
     from actors.system import System
@@ -70,29 +70,13 @@ def run_step(system: "System", step: int) -> dict[str, Any]:
         rho = solve_rates(len(proposals), solves, per_job)
 
     with timer("update"):
-        r = cfg.rewards
-
-        def proposer_reward(rho_i: float | None) -> float:  # single agent: AZR's learnability reward
-            if rho_i is not None and cfg.population.single_agent:
-                return learnability_reward(rho_i)
-            return teacher_reward(rho_i is not None, rho_i, invalid=r.teacher_invalid)
-
-        samples = [
-            Sample(j.teacher, "teacher", j.family, j.prompt, j.generation.token_ids, j.generation.logprobs,
-                   proposer_reward(rho[i]), j.generation.adapter_version)
-            for i, j in enumerate(proposals)
-        ] + [
-            Sample(s.student, "student", s.task.family, s.prompt, g.token_ids, g.logprobs,
-                   student_reward(v.correct, v.well_formed, wrong=r.student_wrong, malformed=r.student_malformed,
-                                  correct_reward=r.student_correct), g.adapter_version)
-            for s, verdicts in zip(solves, per_job) for g, v in zip(s.generations, verdicts)
-        ]
+        samples = teacher_samples(proposals, rho, cfg.rewards, cfg.population.single_agent)
+        samples += student_samples(solves, per_job, cfg.rewards)
         train_stats = system.train(samples)
         system.publish_adapters()
         outcomes = [(j.teacher, j.student, rho[i] is not None, rho[i] or 0.0) for i, j in enumerate(proposals)]
         ray.get(league.record.remote(step, outcomes, [v.task.to_dict() for v in validations if v.valid]))
 
-    events: list[dict[str, Any]] = []
     with timer("evolve"):
         events = system.evolve(step)  # empty except every E steps
 

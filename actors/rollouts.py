@@ -6,6 +6,9 @@ The loop (``actors.loop``) calls these between the actor calls:
   in rotation, each conditioned on K reference tasks from the buffers.
 - :func:`solve_jobs`: every valid task becomes a student prompt for the teacher's matched student.
 - :func:`solve_rates`: rho per proposal, the solved fraction of its student's rollouts.
+- :func:`teacher_samples` / :func:`student_samples`: DESIGN.md's rewards on each completion; teacher
+  -1 invalid, 0 when rho = 0, else 1 - rho (single agent: AZR's learnability, 1 - rho for
+  0 < rho < 1, else 0); student correct / wrong / malformed.
 - :class:`Sample`: one completion with its reward, for the learner of its member.
 """
 
@@ -14,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from configs.schema import RewardsConfig
 from verifier.prompts import parse_proposal, student_prompt, teacher_prompt
+from verifier.rewards import learnability_reward, student_reward, teacher_reward
 from verifier.tasks import Task
 
 
@@ -29,7 +34,7 @@ class Sample:
     member: str
     role: str
     family: str
-    prompt: str
+    prompt_ids: list[int]  # exactly how the engine tokenized the prompt
     completion_ids: list[int]
     logprobs: list[float]
     reward: float
@@ -104,3 +109,29 @@ def solve_rates(n_proposals: int, solves: Sequence[SolveJob], judgements: Sequen
     for job, verdicts in zip(solves, judgements):
         rho[job.proposal] = sum(bool(v.correct) for v in verdicts) / max(1, len(verdicts))
     return rho
+
+
+def proposer_reward(rho: float | None, rewards: RewardsConfig, single_agent: bool) -> float:
+    if rho is not None and single_agent:
+        return learnability_reward(rho)
+    return teacher_reward(rho is not None, rho, invalid=rewards.teacher_invalid)
+
+
+def teacher_samples(jobs: Sequence[ProposalJob], rho: Sequence[float | None], rewards: RewardsConfig,
+                    single_agent: bool) -> list[Sample]:
+    return [
+        Sample(j.teacher, "teacher", j.family, j.generation.prompt_token_ids, j.generation.token_ids,
+               j.generation.logprobs, proposer_reward(rho[i], rewards, single_agent), j.generation.adapter_version)
+        for i, j in enumerate(jobs)
+    ]
+
+
+def student_samples(solves: Sequence[SolveJob], judgements: Sequence[Sequence[Any]], rewards: RewardsConfig) -> list[Sample]:
+    return [
+        Sample(s.student, "student", s.task.family, g.prompt_token_ids, g.token_ids, g.logprobs,
+               student_reward(v.correct, v.well_formed, wrong=rewards.student_wrong,
+                              malformed=rewards.student_malformed, correct_reward=rewards.student_correct),
+               g.adapter_version)
+        for s, verdicts in zip(solves, judgements)
+        for g, v in zip(s.generations, verdicts)
+    ]
