@@ -90,7 +90,7 @@ class LeagueActor:
             m = self.league.member(member_id)
             r = self.league.rating(member_id)
             rows.append({"id": m.id, "role": self.roles[m.id], "mu": round(m.mu, 4), "sigma": round(m.sigma, 4),
-                         "conservative": round(r.conservative, 4), "parent": self.parents_of(m.id)})
+                         "conservative": round(r.conservative, 4), "parent": self.policy.parents_of(m.id) or None})
         return rows
 
     # evolution ---------------------------------------------------------------------------------
@@ -117,12 +117,6 @@ class LeagueActor:
         self.roles[child_id] = selection.role
         event = {**record.to_dict(), "child": child_id, "replaced": selection.victim}
         return {**event, "state_dict": offspring.child.state_dict}
-
-    def parents_of(self, member: str) -> list[str] | None:
-        for record in reversed(self.policy.lineage):
-            if record.id == member:
-                return list(record.parents)
-        return None
 
     # metrics and state -------------------------------------------------------------------------
     def publish_metrics(self, row: dict[str, Any]) -> None:
