@@ -27,10 +27,9 @@ route (torch.linalg.qr in float64), kept as a reference for tests and the benchm
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import math
 
 import torch
 
@@ -205,7 +204,7 @@ def factored_svd(
 def thin_svd(a: torch.Tensor, b: torch.Tensor, scaling: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(U, sigma, Vh) of Delta W = s * b @ a for one slot (a: r x d_in, b: d_out x r), float32 U/Vh, float64 sigma.
 
-    Null directions (sigma = 0) come back as zero columns of U / rows of Vh.
+    Components with sigma = 0 (rank below r) have zero or arbitrary columns of U / rows of Vh.
     """
     svd = factored_svd([b.float()], [a.float().mT], scaling=scaling)
     u = b.float() @ svd.left.to(torch.float32)
