@@ -13,7 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -97,7 +97,7 @@ def test_ray_job_submit_runs_a_short_job_with_token_auth(tiny_model, tmp_path):
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
     port, dash = free_port(), free_port()
-    temp = tmp_path / "ray"
+    temp = Path(tempfile.mkdtemp(prefix="pr-", dir="/tmp"))  # AF_UNIX socket paths must stay < 108 bytes
     start = subprocess.run([ray_cmd, "start", "--head", f"--port={port}", f"--dashboard-port={dash}",
                             "--dashboard-host=127.0.0.1", "--num-cpus=2", f"--temp-dir={temp}"],
                            env=env, capture_output=True, text=True, timeout=120)
@@ -116,3 +116,4 @@ def test_ray_job_submit_runs_a_short_job_with_token_auth(tiny_model, tmp_path):
         assert [r["step"] for r in metrics(run_dir)] == [1]
     finally:
         subprocess.run([ray_cmd, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)

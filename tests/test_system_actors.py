@@ -63,7 +63,7 @@ def test_a_verifier_killed_mid_batch_loses_no_task():
         config = load_config(None, ["verifier.actors=2"])
         actors = start_verifiers(config, plan_placement(config))
         ray.get([a.defences.remote() for a in actors])
-        items = [(SLOW_PROGRAM, str(1_500_000 + i)) for i in range(48)]
+        items = [(SLOW_PROGRAM, str(1_500_000 + i)) for i in range(64)]
         pool = VerifierPool(actors, chunk_size=4)
 
         def kill_soon() -> None:
