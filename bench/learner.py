@@ -143,8 +143,11 @@ def time_round_robin(variants: dict, repeats: int, warmup: int = 1) -> tuple[dic
     """CPU seconds (``process_time``, the ratios' basis: robust to other jobs on the machine) and wall seconds."""
     cpu: dict[str, list[float]] = {name: [] for name in variants}
     wall: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
     for r in range(warmup + repeats):
-        for name, (fn, samples) in variants.items():
+        # Rotate the order every round so no variant always runs right after the same neighbour.
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            fn, samples = variants[name]
             c0, w0 = time.process_time(), time.perf_counter()
             fn(samples)
             if r >= warmup:

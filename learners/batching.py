@@ -1,10 +1,12 @@
 """Training samples -> token batches, padded or packed, split into micro-batches by a token budget.
 
-Padding wastes compute on pads when lengths differ; packing concatenates whole sequences into rows with
-``position_ids`` restarting at 0 at each sequence start. With ``attention_mask=None`` and no KV cache,
-transformers detects the restarts (``masking_utils.find_packed_sequence_indices``) and builds a
-block-diagonal causal mask, so packed sequences never attend to each other; the adapter index is then
-per token. ``bench/learner.py`` measures both.
+Padding sorts samples by length first, so a micro-batch holds rows of similar length and little is
+wasted on pads. Packing concatenates whole sequences into rows with ``position_ids`` restarting at 0 at
+each sequence start; with ``attention_mask=None`` and no KV cache, transformers detects the restarts
+(``masking_utils.find_packed_sequence_indices``) and builds a block-diagonal causal mask, so packed
+sequences never attend to each other, and the adapter index is per token. Without a variable-length
+attention kernel (CPU, SDPA) that mask is dense, so ``bench/learner.py`` found length-sorted padding
+the faster of the two; padding is the default.
 """
 
 from __future__ import annotations

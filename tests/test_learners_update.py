@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 from learners.adapter_optim import AdapterOptimizers
 from learners.batching import Sample, micro_batches, pack_batch, pad_batch
 from learners.multi_lora import LoRASpec, MultiLoRAModel
-from learners.pg_loss import PGConfig
+from learners.pg_loss import PGConfig, policy_gradient_loss
 from learners.policy_learner import PolicyLearner, UpdateConfig, forward_loss_tokens
 
 PAD = 3
@@ -110,9 +110,12 @@ def test_kl_of_zero_adapter_is_zero_and_ppo_epochs_run(tiny_qwen2):
                             UpdateConfig(epochs=2, micro_batch_tokens=32, batching="pad"), PAD)
     with torch.no_grad():
         for batch in micro_batches(samples, PAD, 32, "pad"):
-            on = forward_loss_tokens(model, batch).logprobs
+            on = forward_loss_tokens(model, batch)
             off = forward_loss_tokens(model, batch, adapter_off=True).logprobs
-            assert torch.equal(on, off)
+            assert torch.equal(on.logprobs, off)
+            kl = policy_gradient_loss(on.logprobs, torch.zeros_like(off), torch.zeros_like(on.sample), PGConfig(kl_coef=0.1),
+                                      ref_logprobs=off)
+            assert kl.stats[0]["kl"] == 0.0 and kl.loss.item() == 0.0
     stats = learner.step(samples)
     # Epoch 2 starts from moved weights: KL to the base is now positive, ratios differ from 1.
     assert all(stats[s]["kl"] > 0 and stats[s]["entropy"] > 0 for s in (0, 1))
