@@ -127,8 +127,14 @@ def materialise_base(
 
 
 def release_base(base_dir: str | os.PathLike) -> None:
-    """Delete a shared base directory. Processes that mapped it keep working (their mappings hold the pages)."""
-    shutil.rmtree(base_dir, ignore_errors=True)
+    """Delete a shared base directory and its lock file, freeing its RAM once no process maps it any more.
+
+    Call it when the run ends: a materialised base otherwise stays in ``/dev/shm`` (by design, so later
+    learners on the machine reuse it). Processes that mapped it keep working (their mappings hold the pages).
+    """
+    path = Path(base_dir)
+    shutil.rmtree(path, ignore_errors=True)
+    (path.parent / f".{path.name}.lock").unlink(missing_ok=True)
 
 
 def read_manifest(base_dir: str | os.PathLike) -> dict:

@@ -201,3 +201,16 @@ def test_bad_routing_gives_clear_errors(tiny_qwen2):
         MultiLoRAModel(load(tiny_qwen2), LoRASpec(rank=2, alpha=2, num_slots=1, target_modules=("q_proj", "qkv_proj")))
     with pytest.raises(IndexError):
         model.slot_parameters(5)
+
+
+def test_bfloat16_base_trains_float32_adapters(tiny_qwen2):
+    base = AutoModelForCausalLM.from_pretrained(tiny_qwen2, dtype=torch.bfloat16)
+    reference = AutoModelForCausalLM.from_pretrained(tiny_qwen2, dtype=torch.bfloat16)
+    model = MultiLoRAModel(base, LoRASpec(rank=4, alpha=8, num_slots=2))
+    ids = random_ids(2, 6, model.config.vocab_size)
+    with torch.no_grad():
+        assert torch.equal(model(ids, adapter_index=[0, NO_ADAPTER]).logits, reference(ids).logits)
+    model(ids, adapter_index=[1, 1]).logits.float().logsumexp(-1).mean().backward()
+    params = model.slot_parameters(1)
+    assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32 for p in params)
+    assert any(p.grad.abs().max() > 0 for p in params)

@@ -79,6 +79,7 @@ def test_mapped_base_gives_the_same_model(tiny_qwen2_tied, shm_dir):
         mapped.model.norm.weight.add_(1.0)
         assert torch.equal(map_base(base_dir).model.norm.weight, loaded.model.norm.weight)
     release_base(base_dir)
+    assert list(shm_dir.iterdir()) == [], "release must remove the base and its lock file"
     with pytest.raises(FileNotFoundError, match="materialise_base"):
         map_base(base_dir)
 
