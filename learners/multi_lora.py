@@ -81,7 +81,7 @@ class AdapterRouter:
 
     ``index`` is either one int per row (shape ``[B]``) or one per token (shape ``[B, T]``, for packed
     rows that hold sequences of several adapters). Values are slots in ``[0, num_slots)`` or
-    ``NO_ADAPTER``. Token groups are computed once per input shape and cached until the index changes.
+    ``NO_ADAPTER``. Token plans are computed once per input shape and cached until the index changes.
     """
 
     def __init__(self, num_slots: int, strategy: Strategy = "grouped") -> None:
