@@ -1,8 +1,9 @@
 """A learner actor: a thin Ray shell over ``learners.PolicyLearner`` for the members of one role.
 
 The frozen base is mapped from the machine's shared copy (``learners.shared_base``: one file in
-``/dev/shm`` that every learner process maps without a private copy), then wrapped with one LoRA slot
-per owned member. Members are addressed by id; the slot table maps ids to slots, and evolution
+``/dev/shm`` that every learner process maps without a private copy); on a GPU the first learner of
+that GPU copies it into one CUDA buffer and the other maps that buffer through a CUDA IPC handle.
+It is then wrapped with one LoRA slot per owned member. Members are addressed by id; the slot table maps ids to slots, and evolution
 re-labels the victim's slot with the child's id.
 """
 
@@ -21,7 +22,7 @@ import ray
 @ray.remote(max_restarts=3)
 class LearnerActor:
     def __init__(self, model_path: str, members: list[str], lora: dict[str, Any], rl: dict[str, Any],
-                 dtype: str, seed: int):
+                 dtype: str, seed: int, cuda_base: dict[str, Any] | None = None):
         import torch
         from transformers import AutoTokenizer
 
@@ -29,7 +30,7 @@ class LearnerActor:
         from learners.multi_lora import LoRASpec, MultiLoRAModel
         from learners.pg_loss import PGConfig
         from learners.policy_learner import PolicyLearner, UpdateConfig
-        from learners.shared_base import map_base, materialise_base
+        from learners.shared_base import CudaBaseOwner, build_on_tensors, map_base, map_cuda_base, materialise_base
 
         if not ray.get_gpu_ids():
             torch.set_num_threads(max(1, int(os.environ.get("POPULORA_LEARNER_THREADS", "1"))))
@@ -37,7 +38,15 @@ class LearnerActor:
         self.slots = {member: i for i, member in enumerate(members)}
         self.versions = {member: 0 for member in members}
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        base = map_base(materialise_base(model_path, getattr(torch, dtype)))
+        base_dir = materialise_base(model_path, getattr(torch, dtype))
+        self.base_owner = None
+        if not ray.get_gpu_ids():
+            base = map_base(base_dir)  # the machine's one copy in /dev/shm, mapped without a private copy
+        elif cuda_base is None:  # the first learner on this GPU holds the base; the others map it by IPC
+            self.base_owner = CudaBaseOwner(base_dir)
+            base = build_on_tensors(base_dir, self.base_owner.flat)
+        else:
+            base = map_cuda_base(cuda_base)
         spec = LoRASpec(rank=lora["rank"], alpha=lora["alpha"], num_slots=max(1, len(members)),
                         target_modules=tuple(lora["target_modules"]), rslora=lora["rslora"])
         self.model = MultiLoRAModel(base, spec, init_b_std=lora["init_std"], seed=seed)
@@ -55,6 +64,10 @@ class LearnerActor:
 
     def ready(self) -> bool:
         return True
+
+    def cuda_base_handle(self) -> dict[str, Any] | None:
+        """The CUDA IPC handle of the base this learner owns on its GPU (None on CPU)."""
+        return self.base_owner.handle() if self.base_owner is not None else None
 
     def members(self) -> list[str]:
         return list(self.slots)

@@ -67,17 +67,20 @@ class System:
             for replica in plan.by_role("inference")
         ]
         learners: dict[str, list[Any]] = {}
+        handles: dict[int, Any] = {}  # learner GPU -> CUDA IPC handle of its base copy
         for actor in plan.actors:
             if not actor.role.startswith("learner"):
                 continue
             role = actor.role.removeprefix("learner-")
             shard = len(learners.get(role, []))
             owned = [m for i, (m, r) in enumerate(x for x in members if x[1] == role) if i % plan.learner_shards == shard]
-            learners.setdefault(role, []).append(
-                LearnerActor.options(**actor_options(plan, actor, groups)).remote(
-                    model_path, owned, cfg.lora.model_dump(), cfg.rl.model_dump(), cfg.model.dtype, cfg.run.seed + shard
-                )
+            learner = LearnerActor.options(**actor_options(plan, actor, groups)).remote(
+                model_path, owned, cfg.lora.model_dump(), cfg.rl.model_dump(), cfg.model.dtype, cfg.run.seed + shard,
+                cuda_base=handles.get(actor.gpu_ids[0]) if actor.gpu_ids else None,
             )
+            if actor.gpu_ids and actor.gpu_ids[0] not in handles:
+                handles[actor.gpu_ids[0]] = ray.get(learner.cuda_base_handle.remote())
+            learners.setdefault(role, []).append(learner)
         verifier_actors = [
             VerifierActor.options(**actor_options(plan, a, groups)).remote(
                 cfg.verifier.timeout_s, cfg.verifier.memory_mb, cfg.verifier.max_output_chars,

@@ -471,18 +471,34 @@ def test_concurrent_callers(verifier):
         assert [r.output for r in results[k]] == [str(3 * (k * 100 + i)) for i in range(10)]
 
 
-def test_a_dead_fork_server_is_replaced():
-    with Verifier(timeout_s=5.0, workers=1) as v:
+def test_a_dead_fork_server_is_replaced_and_its_runs_retried():
+    """A server killed from outside costs no verdict: its runs are retried on a fresh server (here the
+    program's true verdict is TIMEOUT); only a second death in a row is reported as CRASHED."""
+    with Verifier(timeout_s=2.0, workers=1) as v:
         first = v._server_for_use()
-        pending = threading.Thread(target=lambda: results.append(v.execute("def f(a):\n    while True:\n        pass", "0")))
         results: list[ExecResult] = []
+        pending = threading.Thread(target=lambda: results.append(v.execute("def f(a):\n    while True:\n        pass", "0")))
         pending.start()
         time.sleep(0.5)
         os.kill(first.proc.pid, signal.SIGKILL)
-        pending.join(timeout=10)
-        assert results and results[0].status is Status.CRASHED and "exited" in results[0].error
+        pending.join(timeout=20)
+        assert results and results[0].status is Status.TIMEOUT, results
         assert_serving(v)
         assert v._server_for_use() is not first
+
+        results.clear()
+        pending = threading.Thread(target=lambda: results.append(v.execute("def f(a):\n    while True:\n        pass", "0")))
+        pending.start()
+        for _ in range(2):  # kill the server, then the one that replaced it
+            time.sleep(0.5)
+            server = v._server
+            os.kill(server.proc.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while v._server is server and time.monotonic() < deadline:
+                time.sleep(0.05)
+        pending.join(timeout=20)
+        assert results and results[0].status is Status.CRASHED and "exited" in results[0].error
+        assert_serving(v)
     assert not os.path.exists(first.hello["scratch"])  # the dead server's scratch directory is removed
 
 

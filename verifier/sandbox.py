@@ -337,21 +337,32 @@ class Verifier:
             results[i] = combine_runs(runs[k * repeats : (k + 1) * repeats])
         return results  # type: ignore[return-value]
 
-    def _run(self, requests: list[dict]) -> list[ExecResult]:
+    def _run(self, requests: list[dict], retry_server_death: bool = True) -> list[ExecResult]:
+        """Run ``requests`` on the fork server. Runs lost because the server itself died (killed from
+        outside, or its host process going away) are retried once on a fresh server; only a second
+        death is reported as CRASHED, so an infrastructure failure never becomes a program's verdict."""
         try:
             futures = self._server_for_use().submit(requests)
         except ServerDied as exc:
-            return [ExecResult(Status.CRASHED, None, str(exc))] * len(requests)
-        out = []
-        for future in futures:
-            try:
-                message = future.result()
-                status = Status(message["status"])
-                out.append(ExecResult(status, message.get("output"), message.get("error", ""), float(message.get("wall_s", 0.0))))
-            except ServerDied as exc:
-                out.append(ExecResult(Status.CRASHED, None, str(exc)))
-            except (ValueError, KeyError, TypeError):
-                out.append(ExecResult(Status.CRASHED, None, f"unreadable result from the fork server: {str(message)[:100]}"))
+            futures = None
+            died: list[int] = list(range(len(requests)))
+            out: list[ExecResult] = [ExecResult(Status.CRASHED, None, str(exc))] * len(requests)
+        if futures is not None:
+            out, died = [], []
+            for k, future in enumerate(futures):
+                try:
+                    message = future.result()
+                    status = Status(message["status"])
+                    out.append(ExecResult(status, message.get("output"), message.get("error", ""), float(message.get("wall_s", 0.0))))
+                except ServerDied as exc:
+                    out.append(ExecResult(Status.CRASHED, None, str(exc)))
+                    died.append(k)
+                except (ValueError, KeyError, TypeError):
+                    out.append(ExecResult(Status.CRASHED, None, f"unreadable result from the fork server: {str(message)[:100]}"))
+        if died and retry_server_death:
+            again = self._run([requests[k] for k in died], retry_server_death=False)
+            for k, result in zip(died, again):
+                out[k] = result
         return out
 
     # --- report ---------------------------------------------------------------------------------
