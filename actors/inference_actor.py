@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -61,3 +62,8 @@ class InferenceActor:
 
     def adapters(self) -> dict[str, int]:
         return self.engine.adapters()
+
+    def close(self) -> None:
+        """Free the engine and delete its adapter directories (called before the actor is killed)."""
+        self.engine.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)

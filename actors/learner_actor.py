@@ -38,7 +38,7 @@ class LearnerActor:
         self.slots = {member: i for i, member in enumerate(members)}
         self.versions = {member: 0 for member in members}
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        base_dir = materialise_base(model_path, getattr(torch, dtype))
+        self.base_dir = base_dir = materialise_base(model_path, getattr(torch, dtype))
         self.base_owner = None
         if not ray.get_gpu_ids():
             base = map_base(base_dir)  # the machine's one copy in /dev/shm, mapped without a private copy
@@ -64,6 +64,12 @@ class LearnerActor:
 
     def ready(self) -> bool:
         return True
+
+    def release_shared_base(self) -> None:
+        """Delete the machine's shared copy in /dev/shm at the end of a run (mappings stay valid)."""
+        from learners.shared_base import release_base
+
+        release_base(self.base_dir)
 
     def cuda_base_handle(self) -> dict[str, Any] | None:
         """The CUDA IPC handle of the base this learner owns on its GPU (None on CPU)."""

@@ -98,11 +98,14 @@ class System:
                    _learner_groups=groups)
 
     def stop(self) -> None:
-        for shards in self.learners.values():
-            for learner in shards:
-                ray.kill(learner)
-        for replica in self.inference:
-            ray.kill(replica)
+        """Release what the actors hold outside their processes (/dev/shm copies, sandbox scratch), then kill them."""
+        first = next(iter(self.learners.values()))[0]
+        cleanups = [first.release_shared_base.remote()] + [r.close.remote() for r in self.inference]
+        cleanups += [v.close.remote() for v in self.verifiers.pool.actors]
+        ray.wait(cleanups, num_returns=len(cleanups), timeout=60)
+        for actor in [*self.inference, *self.verifiers.pool.actors, self.league,
+                      *(learner for shards in self.learners.values() for learner in shards)]:
+            ray.kill(actor)
 
     # generation --------------------------------------------------------------------------------
     def request(self, member: str, prompt: str, n: int = 1, seed: int | None = None) -> GenerationRequest:

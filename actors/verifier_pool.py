@@ -61,6 +61,10 @@ class VerifierActor:
     def defences(self) -> dict[str, Any]:
         return self.verifier.defences()
 
+    def close(self) -> None:
+        """Stop the fork server and remove its scratch directory."""
+        self.verifier.close()
+
 
 class VerifierPool:
     """Dispatches chunks of verifier work over named actors and retries chunks of dead ones."""
