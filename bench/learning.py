@@ -6,7 +6,7 @@ measure the students on a fixed held-out probe set of tasks that neither run eve
 The probe tasks come from the tiny model's own program generator with a seed that neither the model's
 training corpus nor its seed tasks use, their outputs computed by the verifier; probe programs that
 also appear among the model's seed tasks are dropped. Each student answers each probe ``--samples``
-times (temperature 1); its solve rate is the fraction judged correct. "start" is the untrained
+times at the run's sampling temperature (``configs/tiny.yaml``); its solve rate is the fraction judged correct. "start" is the untrained
 adapters (Delta W = 0, i.e. the base model), "end" the final checkpoint of each run (population: the
 mean over its students). The teachers' valid-proposal rate and program complexity over time come from
 each run's metrics.jsonl. Prints one JSON object on its last line.
@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from actors.engines import make_engine  # noqa: E402
 from actors.engines.requests import GenerationRequest  # noqa: E402
+from configs.loading import load_config  # noqa: E402
 from tinycoder import ensure_model  # noqa: E402
 from tinycoder.corpus import CorpusSettings, build_corpus  # noqa: E402
 from tinycoder.examples import f_task, io_task  # noqa: E402
@@ -58,8 +59,10 @@ def probe_tasks(model_dir: Path, count: int, n_inputs: int, verifier: Verifier) 
     return tasks
 
 
-def solve_rate(engine, adapter: str | None, tasks: list, samples: int, max_tokens: int, verifier: Verifier) -> float:
-    requests = [GenerationRequest(adapter, student_prompt(t), temperature=1.0, max_tokens=max_tokens, n=samples, seed=1000 + 64 * i)
+def solve_rate(engine, adapter: str | None, tasks: list, samples: int, temperature: float, max_tokens: int,
+               verifier: Verifier) -> float:
+    requests = [GenerationRequest(adapter, student_prompt(t), temperature=temperature, max_tokens=max_tokens, n=samples,
+                                  seed=1000 + 64 * i)
                 for i, t in enumerate(tasks)]
     outputs = engine.generate(requests)
     verdicts = judge_answers(verifier, [(t, g.text) for t, gens in zip(tasks, outputs) for g in gens])
@@ -98,8 +101,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4, help="answers per probe task and student")
     parser.add_argument("--probes", type=int, default=60)
     parser.add_argument("--variant", default="default", choices=("default", "test"))
-    parser.add_argument("--max-tokens", type=int, default=192)
     args = parser.parse_args()
+    run = load_config(ROOT / "configs" / "tiny.yaml").inference
 
     model_dir = ensure_model(args.variant)
     verifier = Verifier()
@@ -113,13 +116,13 @@ def main() -> None:
 
         rank = json.loads(next(iter(pop_students.values())).joinpath("adapter_config.json").read_text())["r"]
         engine = make_engine("hf", model_dir, max_adapters=len(pop_students) + len(single_students), max_lora_rank=rank)
-        start = solve_rate(engine, None, probes, args.samples, args.max_tokens, verifier)
+        start = solve_rate(engine, None, probes, args.samples, run.temperature, run.max_tokens, verifier)
         log(f"probe solve rate at the start (untrained adapters = base): {start:.3f}")
         ends = {}
         for version, (member, path) in enumerate({**{f"pop-{k}": v for k, v in pop_students.items()},
                                                   **{f"single-{k}": v for k, v in single_students.items()}}.items()):
             engine.load_adapter(member, path, version + 1)
-            ends[member] = solve_rate(engine, member, probes, args.samples, args.max_tokens, verifier)
+            ends[member] = solve_rate(engine, member, probes, args.samples, run.temperature, run.max_tokens, verifier)
             log(f"probe solve rate of {member} after {args.steps} steps: {ends[member]:.3f}")
         pop_end = fmean(v for k, v in ends.items() if k.startswith("pop-"))
         single_end = fmean(v for k, v in ends.items() if k.startswith("single-"))
@@ -127,6 +130,7 @@ def main() -> None:
             "steps": args.steps,
             "probe_tasks": len(probes),
             "samples_per_task": args.samples,
+            "temperature": run.temperature,
             "probe_solve_start": round(start, 4),
             "probe_solve_end": round(pop_end, 4),
             "probe_solve_end_per_student": {k: round(v, 4) for k, v in ends.items() if k.startswith("pop-")},

@@ -9,10 +9,11 @@ The directory loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (and vLLM,
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from tinycoder.build import VARIANTS, BuildSettings, build_model, describe, variant_settings
-from tinycoder.cache import build_once, cache_key, cache_root
+from tinycoder.cache import MANIFEST, build_once, cache_key, cache_root
 
 __all__ = ["VARIANTS", "BuildSettings", "ensure_model", "model_dir"]
 
@@ -43,4 +44,6 @@ def ensure_model(
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     settings = variant_settings(variant)
     target = model_dir(variant, seed, cache_dir)
+    if not (target / MANIFEST).is_file() and progress:
+        print(f"[tiny-coder] building the {variant!r} model (once; cached in {target})", file=sys.stderr, flush=True)
     return build_once(target.parent, target.name, lambda tmp: build_model(settings, seed, tmp, progress=progress, threads=threads))

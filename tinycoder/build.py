@@ -20,9 +20,8 @@ import torch
 
 from tinycoder.corpus import CorpusSettings, VerifiedProgram, build_corpus
 from tinycoder.examples import Example, ExampleMix, ExampleWriter, io_task
-from tinycoder.model import ModelShape, new_model
-from tinycoder.programs import ShapeRange
-from tinycoder.tokenizer import save_tokenizer, train_tokenizer
+from tinycoder.model import ModelShape, new_model, qwen2_config
+from tinycoder.tokenizer import reload, save_tokenizer, train_tokenizer
 from tinycoder.train import TrainSettings, cpu_threads, encode, train
 from verifier.prompts import student_prompt, student_response, teacher_prompt, teacher_response
 from verifier.sandbox import Verifier
@@ -46,17 +45,17 @@ class BuildSettings:
 
 
 VARIANTS: dict[str, BuildSettings] = {
-    # About 10 minutes on two free cores: the model `python launch.py` runs with.
+    # About 11 minutes on two free cores: the model `python launch.py` runs with.
     "default": BuildSettings(
         corpus=CorpusSettings(programs=4000, inputs_per_program=5, min_inputs=4),
-        model=ModelShape(hidden=256, layers=4, kv_heads=2, intermediate=768),
-        train=TrainSettings(steps=900, batch_tokens=6144, lr=2e-3, warmup=40),
+        model=ModelShape(hidden=192, layers=4, kv_heads=1, intermediate=768),
+        train=TrainSettings(steps=1200, batch_tokens=6144, lr=2.5e-3, warmup=30),
     ),
     # About a minute: small and quick, for the test suite.
     "test": BuildSettings(
-        corpus=CorpusSettings(programs=500, inputs_per_program=5, min_inputs=4, shapes=ShapeRange(max_phases=2)),
+        corpus=CorpusSettings(programs=800, inputs_per_program=5, min_inputs=4),
         model=ModelShape(hidden=128, layers=2, kv_heads=1, intermediate=384),
-        train=TrainSettings(steps=120, batch_tokens=4096, lr=3e-3, warmup=10),
+        train=TrainSettings(steps=400, batch_tokens=4096, lr=3e-3, warmup=10),
         seed_tasks=64,
     ),
 }
@@ -108,7 +107,11 @@ def build_model(settings: BuildSettings, seed: int, out_dir: Path, progress: boo
 
     t0 = time.perf_counter()
     examples = make_examples(corpus, settings, seed)
-    tokenizer = train_tokenizer((e.prompt + e.completion for e in examples), settings.vocab_size)
+    # Prompts and completions are tokenized separately (as an engine sees them), so train on them apart.
+    trained = train_tokenizer((text for e in examples for text in (e.prompt, e.completion)), settings.vocab_size)
+    save_tokenizer(trained, out_dir)
+    qwen2_config(settings.model, trained).save_pretrained(out_dir)  # AutoTokenizer picks its class by model_type
+    tokenizer = reload(out_dir, trained, (text for e in examples[:50] for text in (e.prompt, e.completion)))
     data = encode(examples, tokenizer, settings.train.max_len)
     data = [d for d in data if len(d.ids) - d.prompt_len <= settings.max_completion_tokens]
     timings["examples_tokenizer_s"] = time.perf_counter() - t0
@@ -128,7 +131,6 @@ def build_model(settings: BuildSettings, seed: int, out_dir: Path, progress: boo
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.save_pretrained(out_dir)
-    save_tokenizer(tokenizer, out_dir)
     _write_seed_tasks(corpus, settings.seed_tasks, out_dir / "tasks.jsonl", random.Random(seed + 2))
     manifest = {
         "name": "tiny-coder",
@@ -145,7 +147,7 @@ def build_model(settings: BuildSettings, seed: int, out_dir: Path, progress: boo
         "build_s": round(time.perf_counter() - started, 1),
     }
     (out_dir / "tinycoder.json").write_text(json.dumps(manifest, indent=1))
-    _log(progress, f"built in {manifest['build_s']:.0f} s, final loss {manifest['final_loss']:.3f}: {out_dir}")
+    _log(progress, f"built in {manifest['build_s']:.0f} s, final loss {manifest['final_loss']:.3f}")
     return manifest
 
 

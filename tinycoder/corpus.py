@@ -11,23 +11,26 @@ on the host.
 
 from __future__ import annotations
 
+import ast
 import random
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from tinycoder.programs import Program, ShapeRange, generate_program, random_args
+from tinycoder.programs import Program, ShapeRange, generate_program, random_args, simple_args
 from verifier.sandbox import Status
 
 
 @dataclass(frozen=True)
 class CorpusSettings:
-    """How many programs to draw, how many inputs each, and the size limits of a kept pair."""
+    """How many programs to draw, how many inputs each (the first ``simple_inputs`` draws are of the
+    simplest values, see ``programs.simple_args``), and the size limits of a kept pair."""
 
     programs: int = 4000
     inputs_per_program: int = 6
     min_inputs: int = 4
     max_output_chars: int = 60
     max_input_chars: int = 60
+    simple_inputs: int = 2
     constant_keep_rate: float = 0.25
     shapes: ShapeRange = field(default_factory=ShapeRange)
 
@@ -42,11 +45,13 @@ class CorpusSettings:
 
 @dataclass(frozen=True)
 class VerifiedProgram:
-    """A program with the inputs that ran and the sandbox's outputs for them (same order)."""
+    """A program with the inputs that ran and the sandbox's outputs for them (same order), and the
+    values of its phase results on the first input (``name = repr`` lines; empty when unknown)."""
 
     program: Program
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    trace: tuple[str, ...] = ()
 
 
 class Executor(Protocol):
@@ -69,12 +74,14 @@ def draw_programs(settings: CorpusSettings, rng: random.Random) -> list[tuple[Pr
             continue
         seen.add(program.source)
         inputs: list[str] = []
-        for _ in range(3 * settings.inputs_per_program):
-            args = random_args(rng, program.arg_types)
+        for attempt in range(3 * settings.inputs_per_program):
+            simple = attempt < settings.simple_inputs
+            args = simple_args(rng, program.arg_types) if simple else random_args(rng, program.arg_types)
             if args not in inputs and len(args) <= settings.max_input_chars:
                 inputs.append(args)
             if len(inputs) == settings.inputs_per_program:
                 break
+        rng.shuffle(inputs)
         drafts.append((program, inputs))
     return drafts
 
@@ -84,11 +91,13 @@ def verify_programs(
 ) -> list[VerifiedProgram]:
     """Run every (program, input) in the sandbox; keep the pairs that pass (see module docstring)."""
     pairs = [(program.source, args) for program, inputs in drafts for args in inputs]
+    traced = [(program.traced(), inputs[0]) for program, inputs in drafts if program.traced() and inputs]
     # One run per pair: the generator's programs are deterministic by construction (no clock,
     # randomness or object ids; set order depends only on the hash seed the sandbox fixes).
-    results = executor.execute_many(pairs, repeats=1)
-    if len(results) != len(pairs):
-        raise RuntimeError(f"the verifier returned {len(results)} results for {len(pairs)} executions")
+    results = executor.execute_many(pairs + traced, repeats=1)
+    if len(results) != len(pairs) + len(traced):
+        raise RuntimeError(f"the verifier returned {len(results)} results for {len(pairs) + len(traced)} executions")
+    traces = iter(results[len(pairs):])
     kept: list[VerifiedProgram] = []
     at = 0
     for program, inputs in drafts:
@@ -99,10 +108,28 @@ def verify_programs(
             if result.status is Status.OK and len(result.output) <= settings.max_output_chars:
                 good_in.append(args)
                 good_out.append(result.output)
+        trace = _trace_lines(program, next(traces)) if program.traced() and inputs else ()
+        if not good_in or good_in[0] != inputs[0]:
+            trace = ()  # the trace belongs to inputs[0]
         constant = len(set(good_out)) == 1
         if len(good_in) >= settings.min_inputs and (not constant or rng.random() < settings.constant_keep_rate):
-            kept.append(VerifiedProgram(program, tuple(good_in), tuple(good_out)))
+            kept.append(VerifiedProgram(program, tuple(good_in), tuple(good_out), trace))
     return kept
+
+
+def _trace_lines(program: Program, result: object) -> tuple[str, ...]:
+    """``name = value`` per phase result, from the traced run's tuple (read with ``ast.literal_eval``);
+    empty when the run failed, returned early (a guard) or the values are long."""
+    if result.status is not Status.OK:
+        return ()
+    try:
+        values = ast.literal_eval(result.output)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return ()
+    if not isinstance(values, tuple) or len(values) != len(program.results):
+        return ()
+    lines = tuple(f"{name} = {value!r}" for name, value in zip(program.results, values))
+    return lines if sum(len(line) for line in lines) <= 80 else ()
 
 
 def build_corpus(executor: Executor, settings: CorpusSettings, seed: int) -> list[VerifiedProgram]:

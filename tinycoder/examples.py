@@ -11,7 +11,10 @@ model learns the formats the parsers read back.
   message (the same words as the plan).
 - Students: the answer is right with probability ``p_correct`` and otherwise a plausible wrong
   answer of the same form (:mod:`tinycoder.wrong_answers`), so RL has room to improve. The
-  ``<think>`` line names the type of the answer.
+  ``<think>`` line names the type of the answer; for ``code_o`` it first lists the value of each
+  phase result on the input (computed by the sandbox), a step-by-step trace a small model can
+  follow. A right ``code_i`` answer is the shortest known input that gives the output (any such
+  input is right).
 """
 
 from __future__ import annotations
@@ -48,14 +51,14 @@ class ExampleMix:
     """Examples drawn per corpus program, the references shown, and how often students are right."""
 
     teacher_io: float = 1.0  # one code_o or code_i proposal
-    teacher_f: float = 0.5
-    student_o: float = 1.0
-    student_i: float = 1.0
-    student_f: float = 0.5
-    p_correct: float = 0.7
-    references: tuple[int, ...] = (0, 1, 1, 2, 2, 2, 3)  # K drawn per teacher prompt
+    teacher_f: float = 0.4
+    student_o: float = 0.6
+    student_i: float = 0.6
+    student_f: float = 0.4
+    p_correct: float = 0.85
+    references: tuple[int, ...] = (0, 0, 1, 2)  # K drawn per teacher prompt
     identity_reference_rate: float = 0.15
-    code_f_inputs: tuple[int, ...] = (4, 4, 4, 2, 6)  # n inputs per code_f task, capped by what ran
+    code_f_inputs: tuple[int, ...] = (4,)  # n inputs per code_f task: configs/tiny.yaml asks for 4
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.p_correct <= 1.0:
@@ -163,12 +166,16 @@ class ExampleWriter:
             value = item.program.source if correct else wrong_program(item.program.source, rng, others)
             think = ""
         else:
-            index = rng.randrange(len(item.inputs))
+            index = 0 if family == "code_o" and item.trace else rng.randrange(len(item.inputs))
             task = io_task(family, item, index)
             if family == "code_o":
                 value = task.output if correct else wrong_output(task.output, rng)
-                think = f"The output is {value_type(task.output)}."
+                # The phase results on the input, step by step, then the answer's type.
+                think = "".join(f"{line}\n" for line in item.trace) + f"The output is {value_type(task.output)}."
             else:
-                value = task.input if correct else wrong_input(item.program.arg_types, task.input, rng)
+                # Any input that gives the output is right: teach the shortest known one, which
+                # is often a simple value a solver can guess (``[]``, ``0``, ``''``).
+                same = [given for given, out in zip(item.inputs, item.outputs) if out == task.output]
+                value = min(same, key=len) if correct else wrong_input(item.program.arg_types, task.input, rng)
                 think = f"f takes {', '.join(DESCRIBE[t] for t in item.program.arg_types)}."
         return Example("student", family, student_prompt(task), student_response(family, value, think=think), correct)

@@ -65,6 +65,7 @@ class Expressions:
         self.helpers: dict[str, tuple[str, str]] = {}  # name -> (parameter type, return type)
         self.features: set[str] = set()
         self.helper_weight = 2.0
+        self._combining = False
 
     # ---------------------------------------------------------------- entry points
     def expr(self, scope: Scope, kind: str, depth: int) -> str:
@@ -148,12 +149,12 @@ class Expressions:
         if depth > 0:
             i = lambda need: self._sub(scope, INT, depth, need)  # noqa: E731
             options += [
-                (4, lambda: (f"{i(ADD)} {rng.choice(['+', '-'])} {i(MUL)}", ADD)),
+                (4, lambda: self._binary(scope, depth)),
                 (2, lambda: (f"{i(MUL)} * {rng.randint(2, 4)}", MUL)),
                 (2, lambda: (f"{i(MUL)} {rng.choice(['//', '%'])} {rng.randint(2, 5)}", MUL)),
                 (0.5, lambda: (f"{i(ATOM)} ** 2", MUL)),
                 (1, lambda: (f"abs({i(0)})", ATOM)),
-                (1, lambda: (f"{rng.choice(['max', 'min'])}({i(0)}, {i(0)})", ATOM)),
+                (1, lambda: self._two_args(scope, depth, rng.choice(["max", "min"]))),
                 (2 if lists else 0, lambda: (f"sum({self._sub(scope, LIST_INT, depth, 0)})", ATOM)),
                 (1 if lists else 0, lambda: (f"{rng.choice(['max', 'min'])}({self._sub(scope, LIST_INT, depth, 0)}, default=0)", ATOM)),
                 (1 if lists else 0, lambda: (f"{self.var(scope, LIST_INT)}.count({i(0)})", ATOM)),
@@ -210,11 +211,20 @@ class Expressions:
                 (1 if strs else 0, lambda: (f"{self.var(scope, STR)}.{rng.choice(['isalpha', 'isupper', 'islower', 'isdigit'])}()", ATOM)),
                 (1 if strs else 0, lambda: self._compare_str(scope, depth)),
                 (1 if scope.names(DICT) else 0, lambda: (f"{self._sub(scope, STR, depth, CMP + 1)} in {self.var(scope, DICT)}", CMP)),
-                (1, lambda: (f"not {self.cond(scope, depth - 1, NOT)}", NOT)),
-                (1, lambda: (f"{self.cond(scope, depth - 1, AND)} {rng.choice(['and', 'or'])} {self.cond(scope, depth - 1, AND + 1)}", OR)),
+                (0 if self._combining else 1, lambda: self._combine(lambda: (f"not {self.cond(scope, depth - 1, NOT)}", NOT))),
+                (0 if self._combining else 1, lambda: self._combine(
+                    lambda: (f"{self.cond(scope, depth - 1, AND)} {rng.choice(['and', 'or'])} {self.cond(scope, depth - 1, AND + 1)}", OR))),
                 (self.helper_weight if self.helpers else 0, lambda: self._helper_call(scope, BOOL, depth)),
             ]
         return self._pick(options)
+
+    def _combine(self, make: Callable[[], tuple[str, int]]) -> tuple[str, int]:
+        """``not c`` / ``c and d`` whose operands are plain conditions (no ``not not not x``)."""
+        self._combining = True
+        try:
+            return make()
+        finally:
+            self._combining = False
 
     def _compare(self, scope: Scope, depth: int) -> tuple[str, int]:
         left = self._sub(scope, INT, depth, CMP + 1)
@@ -222,6 +232,16 @@ class Expressions:
         if right == left or not scope.mentions(left + right) or self.rng.random() < 0.3:
             right = str(self.rng.randint(0, 8))
         return f"{left} {self.rng.choice(['<', '>', '<=', '>=', '==', '!='])} {right}", CMP
+
+    def _binary(self, scope: Scope, depth: int) -> tuple[str, int] | None:
+        left, right = self._sub(scope, INT, depth, ADD), self._sub(scope, INT, depth, MUL)
+        if left == right:
+            return None
+        return f"{left} {self.rng.choice(['+', '-'])} {right}", ADD
+
+    def _two_args(self, scope: Scope, depth: int, name: str) -> tuple[str, int] | None:
+        first, second = self._sub(scope, INT, depth, 0), self._sub(scope, INT, depth, 0)
+        return None if first == second else (f"{name}({first}, {second})", ATOM)
 
     def _compare_str(self, scope: Scope, depth: int) -> tuple[str, int]:
         left = self.var(scope, STR)
@@ -290,10 +310,10 @@ class Expressions:
         return self._pick(options)
 
     def loop_var(self, scope: Scope, kind: str) -> str | None:
-        """A free name for a loop variable over items of ``kind`` ('range' for indices)."""
-        pools = {INT: ["x", "v", "num", "y"], STR: ["w", "ch", "c", "item"], "range": ["i", "j", "idx"]}
-        free = [n for n in pools[kind] if n not in scope.types]
-        return self.rng.choice(free) if free else None
+        """The first free loop-variable name for items of ``kind`` ('char' for a string's
+        characters, 'range' for indices); fixed names make loops easy to learn."""
+        pools = {INT: ["x", "y", "v"], STR: ["w", "u", "item"], "char": ["ch", "c"], "range": ["i", "j", "idx"]}
+        return next((n for n in pools[kind] if n not in scope.types), None)
 
     def _comprehension(self, scope: Scope, depth: int, elem: str) -> tuple[str, int] | None:
         """``[expr(x) for x in seq if cond(x)]`` over a list of ints, a list of strings or a string."""
@@ -302,7 +322,7 @@ class Expressions:
         if not sources:
             return None
         src_type, seq = rng.choice(sources)
-        var = self.loop_var(scope, src_type)
+        var = self.loop_var(scope, "char" if scope.types[seq] == STR else src_type)
         if var is None:
             return None
         inner = scope.child()
@@ -314,7 +334,7 @@ class Expressions:
 
     def _dict_comprehension(self, scope: Scope, depth: int, src: str) -> tuple[str, int] | None:
         seq = self.var(scope, src)
-        var = self.loop_var(scope, STR)
+        var = self.loop_var(scope, "char" if src == STR else STR)
         if seq is None or var is None:
             return None
         inner = scope.child()

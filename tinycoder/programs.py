@@ -28,7 +28,7 @@ from tinycoder.expressions import BOOL, DICT, INT, LIST_INT, LIST_STR, STR, STR_
 ARG_TYPES = (INT, STR, LIST_INT, LIST_STR, DICT)
 ARG_NAMES = {
     INT: ["n", "k", "m"],
-    STR: ["s", "text", "line"],
+    STR: ["s", "t", "text"],
     LIST_INT: ["nums", "xs", "vals"],
     LIST_STR: ["words", "names", "items"],
     DICT: ["d", "scores", "table"],
@@ -75,6 +75,15 @@ class Program:
     arg_types: tuple[str, ...]
     phases: tuple[str, ...]
     message: str
+    results: tuple[str, ...] = ()  # the names the phases bind, in order
+
+    def traced(self) -> str | None:
+        """The program returning the tuple of its phase results instead of its value (None without
+        phases): run on an input, it gives the intermediate values a step-by-step solver writes down."""
+        if not self.results:
+            return None
+        head, _, _ = self.source.rstrip("\n").rpartition("\n    return ")
+        return f"{head}\n    return ({', '.join(self.results)},)\n"
 
 
 class ProgramBuilder:
@@ -102,7 +111,7 @@ class ProgramBuilder:
         arg_types = tuple(rng.choice(ARG_TYPES) for _ in range(rng.choices([1, 2, 3], weights=[5, 4, 1])[0]))
         args = []
         for kind in arg_types:
-            name = rng.choice([n for n in ARG_NAMES[kind] if n not in self.scope.types])
+            name = next(n for n in ARG_NAMES[kind] if n not in self.scope.types)
             self.scope.types[name] = kind
             args.append(name)
         self.lines.append(f"def f({', '.join(args)}):")
@@ -112,8 +121,8 @@ class ProgramBuilder:
             self._phase(first=index == 0)
         returned = self._return()
         self.lines.append(f"    return {returned}")
-        message = self._message(arg_types)
-        return Program("\n".join(self.lines) + "\n", arg_types, tuple(self.done), message)
+        message = self._message(arg_types, returned)
+        return Program("\n".join(self.lines) + "\n", arg_types, tuple(self.done), message, tuple(self.results))
 
     def _phase(self, first: bool) -> None:
         weights = dict(self.PHASE_WEIGHTS)
@@ -130,17 +139,17 @@ class ProgramBuilder:
                     self.x.helper_weight = 2.0
                 return
 
-    def _message(self, arg_types: tuple[str, ...]) -> str:
+    def _message(self, arg_types: tuple[str, ...], returned: str) -> str:
+        """The hint (and the teacher's plan): the arguments, each phase's result with its key
+        expressions in words, and what is returned."""
         takes = ", ".join(DESCRIBE[t] for t in arg_types)
-        steps = ", then ".join(self.phrases) if self.phrases else "compute one expression"
-        return f"Given {takes}: {steps}."
+        steps = "".join(f"{phrase}; " for phrase in self.phrases)
+        return f"Given {takes}: {steps}return {returned}."
 
     # ---------------------------------------------------------------- naming and sources
     def _local(self, kind: str, prefer: tuple[str, ...] = ()) -> str | None:
-        for name in prefer + tuple(self.rng.sample(LOCAL_NAMES[kind], len(LOCAL_NAMES[kind]))):
-            if name not in self.scope.types:
-                return name
-        return None
+        """The first free name: the phase's own names first, then the type's pool, in a fixed order."""
+        return next((n for n in prefer + tuple(LOCAL_NAMES[kind]) if n not in self.scope.types), None)
 
     def _bind(self, name: str, kind: str) -> None:
         self.scope.types[name] = kind
@@ -170,7 +179,7 @@ class ProgramBuilder:
     # ---------------------------------------------------------------- helper
     def _helper(self) -> None:
         rng = self.rng
-        name = rng.choice(["g", "h", "helper", "step"])
+        name = "g"
         if rng.random() < 0.3:
             base, limit = rng.choice([("0", 0), ("v", 1), ("1", 1), ("v", 0)])
             rec = rng.choice([f"v + {name}(v - 1)", f"{name}(v // 2) + 1", f"{name}(v - 2) + v % 3", f"{name}(v // 2) * 2 + v % 2"])
@@ -186,7 +195,7 @@ class ProgramBuilder:
             self._emit(f"def {name}({param}):", f"    return {body}")
             self.x.helpers[name] = (param_type, ret)
         self.x.helper_weight = 12.0
-        self.phrases.append("use a helper function")
+        self.phrases.append(f"define {name}({'v' if self.x.helpers[name][0] == INT else 't'})")
 
     # ---------------------------------------------------------------- phases
     def _loop_over(self, kinds: tuple[str, ...] = (LIST_INT, LIST_STR, STR)) -> tuple[str, str, str, Scope] | None:
@@ -194,7 +203,7 @@ class ProgramBuilder:
         if seq is None:
             return None
         elem = ELEMENT[self.scope.types[seq]]
-        var = self.x.loop_var(self.scope, elem)
+        var = self.x.loop_var(self.scope, "char" if self.scope.types[seq] == STR else elem)
         if var is None:
             return None
         return seq, elem, var, self._inner(var, elem)
@@ -224,7 +233,7 @@ class ProgramBuilder:
                 lines += [f"    if {cond}:", f"        {name} += {body}"] if cond else [f"    {name} += {body}"]
                 self._emit(*lines)
             self._bind(name, STR)
-            self.phrases.append("build a string from each character")
+            self.phrases.append(f"{name}: join {body} for each {var} in {seq}" + (f" if {cond}" if cond else ""))
             return True
         kind = LIST_INT if out_elem == INT else LIST_STR
         name = self._local(kind, ("result",) if kind == LIST_INT else ("parts",))
@@ -237,7 +246,7 @@ class ProgramBuilder:
             lines += [f"    if {cond}:", f"        {name}.append({body})"] if cond else [f"    {name}.append({body})"]
             self._emit(*lines)
         self._bind(name, kind)
-        self.phrases.append("map each item to a new value" + (" when it passes a test" if cond else ""))
+        self.phrases.append(f"{name}: {body} for each {var} in {seq}" + (f" if {cond}" if cond else ""))
         return True
 
     def _ph_filter(self) -> bool:
@@ -258,7 +267,7 @@ class ProgramBuilder:
         else:
             self._emit(f"{name} = []", f"for {var} in {seq}:", f"    if {cond}:", f"        {name}.append({var})")
         self._bind(name, kind)
-        self.phrases.append("keep the items that pass a test")
+        self.phrases.append(f"{name}: keep each {var} in {seq} if {cond}")
         return True
 
     def _ph_sum(self) -> bool:
@@ -273,6 +282,7 @@ class ProgramBuilder:
         body = var if elem == INT and rng.random() < 0.4 else self.x.expr_using(inner, INT, self._e, var)
         cond = self._maybe_cond(inner, var, 0.45)
         style = rng.random()
+        verb = "add up"
         if style < 0.3:
             self._emit(f"{name} = sum({body} for {var} in {seq}{f' if {cond}' if cond else ''})")
         elif style < 0.45 and self.shape.depth >= 2:
@@ -283,13 +293,16 @@ class ProgramBuilder:
             test = self.x.cond(inner, 1, using=i)
             self._emit(f"{name} = 0", f"for {i}, {var} in enumerate({seq}):", f"    if {test}:", f"        {name} += {body}")
             self.x.features.add("enumerate")
+            cond = test
         else:
             op = rng.choice(["+=", "+=", "+=", "-="])
-            lines = [f"{name} = {rng.choice(['0', '0', '1'])}", f"for {var} in {seq}:"]
+            start = rng.choice(["0", "0", "1"])
+            verb = ("subtract" if op == "-=" else "add up") + (" from 1" if start == "1" else "")
+            lines = [f"{name} = {start}", f"for {var} in {seq}:"]
             lines += [f"    if {cond}:", f"        {name} {op} {body}"] if cond else [f"    {name} {op} {body}"]
             self._emit(*lines)
         self._bind(name, INT)
-        self.phrases.append("add up a value per item")
+        self.phrases.append(f"{name}: {verb} {body} for each {var} in {seq}" + (f" if {cond}" if cond else ""))
         return True
 
     def _ph_count(self) -> bool:
@@ -310,7 +323,7 @@ class ProgramBuilder:
         else:
             self._emit(f"{name} = 0", f"for {var} in {seq}:", f"    if {cond}:", f"        {name} += 1")
         self._bind(name, INT)
-        self.phrases.append("count the items that pass a test")
+        self.phrases.append(f"{name}: count each {var} in {seq} if {cond}")
         return True
 
     def _ph_extreme(self) -> bool:
@@ -336,7 +349,7 @@ class ProgramBuilder:
             start = f"{seq}[0] if {seq} else ''" if op == "<" else "''"
             self._emit(f"{name} = {start}", f"for {var} in {seq}:", f"    if {test}:", f"        {name} = {var}")
             self._bind(name, STR)
-        self.phrases.append(f"find the {'largest' if op == '>' else 'smallest'} item")
+        self.phrases.append(f"{name}: the {'largest' if op == '>' else 'smallest'} item of {seq}")
         return True
 
     def _ph_tally(self) -> bool:
@@ -361,15 +374,16 @@ class ProgramBuilder:
             lines += [f"    if {key_text} in {name}:", f"        {name}[{key_text}] += {value}", "    else:", f"        {name}[{key_text}] = {value}"]
         self._emit(*lines)
         self._bind(name, DICT)
-        self.phrases.append("count occurrences in a dict")
+        self.phrases.append(f"{name}: count {key} for each {var} in {seq}")
         return True
 
     def _ph_dict_scan(self) -> bool:
         rng = self.rng
         seq = self._source((DICT,))
-        key, val = rng.choice([("key", "val"), ("name", "score"), ("w", "cnt")])
-        if seq is None or key in self.scope.types or val in self.scope.types:
+        free = [(k, v) for k, v in (("key", "val"), ("name", "score")) if k not in self.scope.types and v not in self.scope.types]
+        if seq is None or not free:
             return False
+        key, val = free[0]
         inner = self._inner(key, STR)
         inner.bind_loop(val, INT)
         cond = self.x.cond(inner, self._e, using=rng.choice([key, val]))
@@ -384,7 +398,7 @@ class ProgramBuilder:
         }[what]
         self._emit(f"{name} = {start}", f"for {key}, {val} in {seq}.items():", f"    if {cond}:", f"        {update}")
         self._bind(name, what)
-        self.phrases.append("scan the dict's pairs")
+        self.phrases.append(f"{name}: scan {seq} for {key}, {val} if {cond}")
         return True
 
     def _ph_digits(self) -> bool:
@@ -398,7 +412,7 @@ class ProgramBuilder:
         self.scope.types["cur"] = INT
         self._bind(name, LIST_INT)
         self.x.features.add("while")
-        self.phrases.append(f"split a number into base-{base} digits")
+        self.phrases.append(f"{name}: the base-{base} digits of {src}")
         return True
 
     def _ph_range_loop(self) -> bool:
@@ -410,19 +424,21 @@ class ProgramBuilder:
         bound = src if src in ARG_NAMES[INT] else f"min({src}, 10)"
         start = rng.choice(["", "", "1, "])
         inner = self._inner(var, INT)
+        body = self.x.expr_using(inner, INT, self._e, var)
         if rng.random() < 0.5:
             name = self._local(LIST_INT, ("result", "sizes"))
             if name is None:
                 return False
-            self._emit(f"{name} = []", f"for {var} in range({start}{bound}):", f"    {name}.append({self.x.expr_using(inner, INT, self._e, var)})")
+            self._emit(f"{name} = []", f"for {var} in range({start}{bound}):", f"    {name}.append({body})")
             self._bind(name, LIST_INT)
+            self.phrases.append(f"{name}: {body} for each {var} in range({start}{bound})")
         else:
             name = self._local(INT, ("total", "acc"))
             if name is None:
                 return False
-            self._emit(f"{name} = {rng.choice(['0', '1'])}", f"for {var} in range({start}{bound}):", f"    {name} += {self.x.expr_using(inner, INT, self._e, var)}")
+            self._emit(f"{name} = {rng.choice(['0', '1'])}", f"for {var} in range({start}{bound}):", f"    {name} += {body}")
             self._bind(name, INT)
-        self.phrases.append("loop over a range of numbers")
+            self.phrases.append(f"{name}: add up {body} for each {var} in range({start}{bound})")
         return True
 
     def _ph_pairs(self) -> bool:
@@ -438,13 +454,15 @@ class ProgramBuilder:
                 return False
             self._emit(f"{name} = 0", f"for {i} in range(1, len({seq})):", f"    if {seq}[{i}] {op} {seq}[{i} - 1]:", f"        {name} += 1")
             self._bind(name, INT)
+            self.phrases.append(f"{name}: count neighbours in {seq} with item {op} previous")
         else:
             name = self._local(LIST_INT, ("diffs",))
             if name is None:
                 return False
-            self._emit(f"{name} = []", f"for {i} in range(1, len({seq})):", f"    {name}.append({seq}[{i}] {rng.choice(['-', '+', '*'])} {seq}[{i} - 1])")
+            op = rng.choice(["-", "+", "*"])
+            self._emit(f"{name} = []", f"for {i} in range(1, len({seq})):", f"    {name}.append({seq}[{i}] {op} {seq}[{i} - 1])")
             self._bind(name, LIST_INT)
-        self.phrases.append("compare neighbouring items")
+            self.phrases.append(f"{name}: item {op} previous for neighbours in {seq}")
         return True
 
     def _ph_running(self) -> bool:
@@ -461,7 +479,7 @@ class ProgramBuilder:
         self._emit(f"{acc} = 0", f"{name} = []", f"for {var} in {seq}:", f"    {acc} += {body}", f"    {name}.append({acc})")
         self._bind(acc, INT)
         self._bind(name, LIST_INT)
-        self.phrases.append("keep running totals")
+        self.phrases.append(f"{name}: running totals of {body} over {seq}")
         return True
 
     def _ph_branch(self) -> bool:
@@ -478,7 +496,7 @@ class ProgramBuilder:
         self._emit(f"if {cond}:", f"    {name} = {first}", "else:", f"    {name} = {second}")
         self._bind(name, kind)
         self.x.features.add("if")
-        self.phrases.append("choose between two values with a test")
+        self.phrases.append(f"{name}: {first} or {second} by {cond}")
         return True
 
     def _ph_nested(self) -> bool:
@@ -491,7 +509,7 @@ class ProgramBuilder:
         if seq2 is None:
             return False
         elem2 = ELEMENT[self.scope.types[seq2]]
-        var2 = self.x.loop_var(inner, elem2)
+        var2 = self.x.loop_var(inner, "char" if self.scope.types[seq2] == STR else elem2)
         if var2 is None:
             return False
         inner.bind_loop(var2, elem2)
@@ -506,7 +524,7 @@ class ProgramBuilder:
             return False
         self._emit(f"{name} = 0", f"for {var} in {seq}:", f"    for {var2} in {seq2}:", f"        if {cond}:", f"            {name} += 1")
         self._bind(name, INT)
-        self.phrases.append("check every pair of items")
+        self.phrases.append(f"{name}: count pairs of {seq} and {seq2} with {cond}")
         return True
 
     def _ph_transform(self) -> bool:
@@ -519,7 +537,7 @@ class ProgramBuilder:
             return False
         self._emit(f"{name} = {text}")
         self._bind(name, kind)
-        self.phrases.append(f"compute {DESCRIBE[kind]}")
+        self.phrases.append(f"{name}: {DESCRIBE[kind]}")
         return True
 
     def _ph_stack(self) -> bool:
@@ -534,7 +552,7 @@ class ProgramBuilder:
         cond = self.x.cond(inner, self._e, using=var)
         self._emit(f"{name} = []", f"for {var} in {seq}:", f"    if {cond}:", f"        {name}.append({var})", f"    elif {name}:", f"        {name}.pop()")
         self._bind(name, kind)
-        self.phrases.append("push and pop items on a stack")
+        self.phrases.append(f"{name}: push each {var} in {seq} if {cond}, else pop")
         return True
 
     def _ph_search(self) -> bool:
@@ -549,7 +567,7 @@ class ProgramBuilder:
         cond = self.x.cond(inner, self._e, using=var)
         self._emit(f"{name} = -1", f"for {i}, {var} in enumerate({seq}):", f"    if {cond}:", f"        {name} = {i}", "        break")
         self._bind(name, INT)
-        self.phrases.append("find the first position that passes a test")
+        self.phrases.append(f"{name}: the first index in {seq} with {cond}")
         return True
 
     def _ph_guard(self) -> bool:
@@ -560,7 +578,7 @@ class ProgramBuilder:
         value = rng.choice(["0", "-1", "[]", "''", "None", "False"])
         test = f"{seq} <= 0" if self.scope.types[seq] == INT else f"not {seq}"
         self._emit(f"if {test}:", f"    return {value}")
-        self.phrases.append("handle the empty case first")
+        self.phrases.append(f"{value} when {seq} is empty")
         return True
 
     def _ph_zip(self) -> bool:
@@ -587,7 +605,7 @@ class ProgramBuilder:
             return False
         self._emit(f"{name} = [{body} for {a}, {b} in zip({first}, {second})]")
         self._bind(name, kind)
-        self.phrases.append("combine two lists item by item")
+        self.phrases.append(f"{name}: {body} over {first} and {second} together")
         return True
 
     def _ph_reduce(self) -> bool:
@@ -602,7 +620,7 @@ class ProgramBuilder:
         self.scope.types["cur"] = INT
         self._bind(name, INT)
         self.x.features.add("while")
-        self.phrases.append("count the steps that reduce a number")
+        self.phrases.append(f"{name}: steps to bring {start} down")
         return True
 
     # ---------------------------------------------------------------- return
@@ -622,7 +640,11 @@ class ProgramBuilder:
                 return latest
             other = self.x.expr(self.scope, rng.choice([INT, STR, LIST_INT]), 1)
             return f"({latest}, {other})" if other != latest else latest
-        return self.x.expr(self.scope, rng.choice([INT, INT, STR, LIST_INT, LIST_STR, BOOL, DICT]), self._e)
+        for _ in range(10):
+            text = self.x.expr(self.scope, rng.choice([INT, INT, STR, LIST_INT, LIST_STR, BOOL, DICT]), self._e)
+            if self.scope.mentions(text):
+                break
+        return text
 
 
 # ---------------------------------------------------------------------- inputs
@@ -652,19 +674,41 @@ def random_args(rng: random.Random, arg_types: tuple[str, ...]) -> str:
     return ", ".join(repr(random_value(rng, t)) for t in arg_types)
 
 
+SIMPLE_VALUES = {
+    INT: [0, 1, 2, 3],
+    STR: ["", "a", "ab"],
+    LIST_INT: [[], [1], [1, 2]],
+    LIST_STR: [[], ["a"]],
+    DICT: [{}, {"a": 1}],
+    BOOL: [False, True],
+}
+
+
+def simple_args(rng: random.Random, arg_types: tuple[str, ...]) -> str:
+    """An argument list of the simplest values (``[]``, ``0``, ``''``, ``[1]``, ...): the inputs a solver
+    tries first when it must find *some* input that gives an output."""
+    return ", ".join(repr(rng.choice(SIMPLE_VALUES[t])) for t in arg_types)
+
+
 # ---------------------------------------------------------------------- shapes
 @dataclass(frozen=True)
 class ShapeRange:
-    """The range program shapes are drawn from: one-liners up to chains of nested loops."""
+    """The range program shapes are drawn from, easy to hard: ``phase_weights[p]`` is the relative
+    chance of ``p`` phases (0 = a one-line ``return``), block depth is uniform in ``[1, max_depth]``
+    and expression depth in ``[1, max_expr_depth]``."""
 
-    max_phases: int = 3
+    phase_weights: tuple[float, ...] = (1.5, 3.0, 2.0)
     max_depth: int = 3
-    max_expr_depth: int = 2
-    helper_rate: float = 0.12
+    max_expr_depth: int = 1
+    helper_rate: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.phase_weights or any(w < 0 for w in self.phase_weights) or sum(self.phase_weights) <= 0:
+            raise ValueError(f"ShapeRange.phase_weights must be non-negative with a positive sum, got {self.phase_weights}")
 
     def draw(self, rng: random.Random) -> ProgramShape:
         return ProgramShape(
-            phases=rng.choices(range(self.max_phases + 1), weights=[1] + [3] * self.max_phases)[0],
+            phases=rng.choices(range(len(self.phase_weights)), weights=self.phase_weights)[0],
             depth=rng.randint(1, self.max_depth),
             expr_depth=rng.randint(1, self.max_expr_depth),
             helper=rng.random() < self.helper_rate,

@@ -1,0 +1,235 @@
+"""Quality and build time of the embedded tiny code model, measured through the project's own code.
+
+    python bench/tiny_coder.py                      # the default variant (built first if not cached)
+    python bench/tiny_coder.py --variant test --proposals 30
+    python bench/tiny_coder.py --fresh              # build into a temporary cache and time the build
+
+Teachers: fresh proposals for code_o / code_i (K references from a buffer that starts with the
+identity seed and grows with the valid proposals, as in a run) and code_f (inputs + message for
+programs proposed in this bench), sampled with the run's settings (``configs/tiny.yaml``: temperature,
+new-token budget, K references, code_f inputs, rollouts per task) through ``actors.engines.make_engine('hf', ...)``, validated by the verifier. Students: k rollouts
+per valid task, judged by the verifier.
+
+Side by side in the same run: a randomly initialised model of the same architecture and tokenizer
+(its proposals, and its students on the trained model's valid tasks), so the ratios show what the
+bootstrap buys. Progress goes to stderr; the last stdout line is one JSON object with
+``valid_rate`` (valid proposals / proposals), ``solve_rate`` (solving rollouts / rollouts on valid
+tasks, all families), ``distinct_structures`` (distinct AST structures / valid code_o+code_i
+proposals) and ``build_minutes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from actors.engines import GenerationRequest, make_engine  # noqa: E402
+from configs.loading import load_config  # noqa: E402
+from tinycoder import ensure_model, model_dir  # noqa: E402
+from tinycoder.cache import MANIFEST  # noqa: E402
+from verifier import Task, identity_task, parse_proposal, student_prompt, teacher_prompt  # noqa: E402
+from verifier.families import judge_answers, validate_proposals  # noqa: E402
+from verifier.metrics import structure_hash  # noqa: E402
+from verifier.sandbox import Verifier  # noqa: E402
+
+
+def log(message: str) -> None:
+    print(f"[bench tiny_coder] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Sampling:
+    temperature: float
+    max_tokens: int
+    references_k: int
+    code_f_inputs: int
+    rollouts_k: int
+
+    @classmethod
+    def of_run(cls, config_path: Path) -> "Sampling":
+        """The sampling settings of the run that uses the model (the tiny preset by default)."""
+        c = load_config(config_path)
+        return cls(c.inference.temperature, c.inference.max_tokens, c.tasks.references_k, c.tasks.code_f_inputs,
+                   c.tasks.rollouts_k)
+
+
+@dataclass
+class Outcome:
+    proposals: dict[str, int] = field(default_factory=dict)
+    valid: dict[str, list[Task]] = field(default_factory=dict)
+    structures: list[str] = field(default_factory=list)
+    rollouts: dict[str, int] = field(default_factory=dict)
+    solved: dict[str, int] = field(default_factory=dict)
+
+    def valid_rate(self) -> float:
+        total = sum(self.proposals.values())
+        return sum(len(v) for v in self.valid.values()) / total if total else 0.0
+
+    def solve_rate(self) -> float | None:
+        total = sum(self.rollouts.values())
+        return sum(self.solved.values()) / total if total else None
+
+    def distinct_structures(self) -> float | None:
+        return len(set(self.structures)) / len(self.structures) if self.structures else None
+
+    def per_family(self) -> dict[str, dict[str, float | int | None]]:
+        out = {}
+        for fam in ("code_o", "code_i", "code_f"):
+            n = self.proposals.get(fam, 0)
+            r = self.rollouts.get(fam, 0)
+            out[fam] = {
+                "proposals": n,
+                "valid_rate": round(len(self.valid.get(fam, [])) / n, 3) if n else None,
+                "rollouts": r,
+                "solve_rate": round(self.solved.get(fam, 0) / r, 3) if r else None,
+            }
+        return out
+
+
+def generate(engine, prompts: list[str], s: Sampling, n: int, seed: int) -> list[list[str]]:
+    requests = [
+        GenerationRequest(adapter=None, prompt=p, temperature=s.temperature, max_tokens=s.max_tokens, n=n, seed=seed + i)
+        for i, p in enumerate(prompts)
+    ]
+    return [[g.text for g in gens] for gens in engine.generate(requests)]
+
+
+def propose(engine, verifier: Verifier, per_family: int, s: Sampling, rng: random.Random, out: Outcome, rounds: int = 2) -> None:
+    """code_o / code_i proposals in ``rounds`` (the buffer grows between them), then code_f on their programs."""
+    buffers = {fam: [identity_task(fam)] for fam in ("code_o", "code_i")}
+    for r in range(rounds):
+        for fam in ("code_o", "code_i"):
+            count = per_family // rounds + (1 if r < per_family % rounds else 0)
+            prompts = [teacher_prompt(fam, rng.sample(buffers[fam], min(s.references_k, len(buffers[fam])))) for _ in range(count)]
+            texts = [t[0] for t in generate(engine, prompts, s, 1, rng.randrange(2**30))]
+            proposals = [parse_proposal(fam, t) for t in texts]
+            checked = validate_proposals(verifier, fam, proposals)
+            out.proposals[fam] = out.proposals.get(fam, 0) + len(texts)
+            for c in checked:
+                if c.valid:
+                    out.valid.setdefault(fam, []).append(c.task)
+                    buffers[fam].append(c.task)
+                    out.structures.append(structure_hash(c.task.program))
+    programs = [t.program for fam in ("code_o", "code_i") for t in out.valid.get(fam, [])] or [identity_task("code_o").program]
+    chosen = [rng.choice(programs) for _ in range(per_family)]
+    prompts = [teacher_prompt("code_f", [Task("code_o", p, ["0"], ["0"])], n_inputs=s.code_f_inputs) for p in chosen]
+    texts = [t[0] for t in generate(engine, prompts, s, 1, rng.randrange(2**30))]
+    proposals = [parse_proposal("code_f", t, program=p, n_inputs=s.code_f_inputs) for t, p in zip(texts, chosen)]
+    out.proposals["code_f"] = len(texts)
+    checked = validate_proposals(verifier, "code_f", proposals, programs=chosen, n_inputs=s.code_f_inputs)
+    out.valid["code_f"] = [c.task for c in checked if c.valid]
+
+
+def solve(engine, verifier: Verifier, tasks: dict[str, list[Task]], s: Sampling, rng: random.Random, out: Outcome) -> None:
+    """k rollouts per valid task, judged by the verifier."""
+    flat = [t for fam in ("code_o", "code_i", "code_f") for t in tasks.get(fam, [])]
+    if not flat:
+        return
+    answers = generate(engine, [student_prompt(t) for t in flat], s, s.rollouts_k, rng.randrange(2**30))
+    items = [(t, a) for t, group in zip(flat, answers) for a in group]
+    for (task, _), judgement in zip(items, judge_answers(verifier, items)):
+        out.rollouts[task.family] = out.rollouts.get(task.family, 0) + 1
+        out.solved[task.family] = out.solved.get(task.family, 0) + int(judgement.correct)
+
+
+def random_init_copy(path: Path, dest: Path, seed: int) -> Path:
+    """The same architecture and tokenizer with random weights (the bench's baseline)."""
+    config = AutoConfig.from_pretrained(path)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(dest)
+    AutoTokenizer.from_pretrained(path).save_pretrained(dest)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", default="default", choices=["default", "test"])
+    parser.add_argument("--seed", type=int, default=0, help="build seed of the model")
+    parser.add_argument("--proposals", type=int, default=40, help="teacher proposals per family")
+    parser.add_argument("--baseline-proposals", type=int, default=10, help="random-init proposals per family")
+    parser.add_argument("--fresh", action="store_true", help="build into a temporary cache and time the build")
+    parser.add_argument("--sample-seed", type=int, default=1234)
+    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "tiny.yaml",
+                        help="the run whose sampling settings to use")
+    args = parser.parse_args(argv)
+    s = Sampling.of_run(args.config)
+    load_before = os.getloadavg()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-tiny-coder-"))
+    try:
+        cache_dir = tmp / "cache" if args.fresh else None
+        cached = (model_dir(args.variant, args.seed, cache_dir) / MANIFEST).is_file()
+        t0 = time.perf_counter()
+        path = ensure_model(args.variant, args.seed, cache_dir=cache_dir)
+        built_here = not cached
+        manifest = json.loads((path / MANIFEST).read_text())
+        build_minutes = (time.perf_counter() - t0) / 60 if built_here else manifest["build_s"] / 60
+        log(f"model {path} ({'built now' if built_here else 'cached; build time from its manifest'}: {build_minutes:.1f} min)")
+
+        rng = random.Random(args.sample_seed)
+        trained = Outcome()
+        with Verifier() as verifier:
+            engine = make_engine("hf", path, max_adapters=1, max_lora_rank=8)
+            t0 = time.perf_counter()
+            propose(engine, verifier, args.proposals, s, rng, trained)
+            log(f"proposals: valid {trained.valid_rate():.2f} ({time.perf_counter() - t0:.0f} s)")
+            t0 = time.perf_counter()
+            solve(engine, verifier, trained.valid, s, rng, trained)
+            log(f"students: solve {trained.solve_rate()} ({time.perf_counter() - t0:.0f} s)")
+            engine.close()
+
+            baseline = Outcome()
+            engine = make_engine("hf", random_init_copy(path, tmp / "random", args.seed + 1), max_adapters=1, max_lora_rank=8)
+            propose(engine, verifier, args.baseline_proposals, s, rng, baseline)
+            solve(engine, verifier, trained.valid, s, rng, baseline)
+            engine.close()
+            log(f"random init: valid {baseline.valid_rate():.2f}, solve {baseline.solve_rate()}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        if a is None or b is None:
+            return None
+        return round(a / b, 2) if b > 0 else None
+
+    result = {
+        "variant": args.variant,
+        "valid_rate": round(trained.valid_rate(), 3),
+        "solve_rate": None if trained.solve_rate() is None else round(trained.solve_rate(), 3),
+        "distinct_structures": None if trained.distinct_structures() is None else round(trained.distinct_structures(), 3),
+        "build_minutes": round(build_minutes, 2),
+        "build_measured_now": built_here,
+        "build_threads": manifest.get("threads"),
+        "per_family": trained.per_family(),
+        "random_init": {
+            "valid_rate": round(baseline.valid_rate(), 3),
+            "solve_rate_on_same_tasks": None if baseline.solve_rate() is None else round(baseline.solve_rate(), 3),
+        },
+        "ratio_valid_vs_random_init": ratio(trained.valid_rate(), baseline.valid_rate()),
+        "ratio_solve_vs_random_init": ratio(trained.solve_rate(), baseline.solve_rate()),
+        "sampling": vars(s),
+        "parameters": manifest.get("parameters"),
+        "load_average_at_start": [round(x, 2) for x in load_before],
+        "cpu_count": os.cpu_count(),
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
