@@ -22,7 +22,7 @@ import ray
 @ray.remote(max_restarts=3)
 class LearnerActor:
     def __init__(self, model_path: str, members: list[str], lora: dict[str, Any], rl: dict[str, Any],
-                 dtype: str, seed: int, cuda_base: dict[str, Any] | None = None):
+                 dtype: str, seed: int, cuda_base: dict[str, Any] | None = None, temperature: float = 1.0):
         import torch
         from transformers import AutoTokenizer
 
@@ -55,7 +55,7 @@ class LearnerActor:
         self.learner = PolicyLearner(
             self.model, optimizers,
             PGConfig(clip_epsilon=rl["clip_epsilon"], kl_coef=rl["kl_coef"], entropy_coef=rl["entropy_coef"]),
-            UpdateConfig(epochs=rl["epochs"], micro_batch_tokens=rl["micro_batch_tokens"]),
+            UpdateConfig(epochs=rl["epochs"], micro_batch_tokens=rl["micro_batch_tokens"], temperature=temperature),
             pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0,
         )
 

@@ -77,6 +77,8 @@ class System:
             learner = LearnerActor.options(**actor_options(plan, actor, groups)).remote(
                 model_path, owned, cfg.lora.model_dump(), cfg.rl.model_dump(), cfg.model.dtype, cfg.run.seed + shard,
                 cuda_base=handles.get(actor.gpu_ids[0]) if actor.gpu_ids else None,
+                # train the policy the rollouts are sampled from; greedy decoding (T = 0) trains T = 1
+                temperature=cfg.inference.temperature if cfg.inference.temperature > 0 else 1.0,
             )
             if actor.gpu_ids and actor.gpu_ids[0] not in handles:
                 handles[actor.gpu_ids[0]] = ray.get(learner.cuda_base_handle.remote())

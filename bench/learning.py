@@ -1,7 +1,7 @@
 """Does the RL learn? Train the tiny population and the tiny single agent for the same steps, and
 measure the students on a fixed held-out probe set of tasks that neither run ever sees.
 
-    python bench/learning.py [--steps 20] [--samples 4] [--probes 60] [--variant default]
+    python bench/learning.py [--steps 20] [--samples 4] [--probes 60] [--variant default] [key=value ...]
 
 The probe tasks come from the tiny model's own program generator with a seed that neither the model's
 training corpus nor its seed tasks use, their outputs computed by the verifier; probe programs that
@@ -69,10 +69,10 @@ def solve_rate(engine, adapter: str | None, tasks: list, samples: int, temperatu
     return fmean(float(v.correct) for v in verdicts)
 
 
-def train(config: str, run_dir: Path, steps: int, variant: str) -> float:
+def train(config: str, run_dir: Path, steps: int, variant: str, overrides: list[str]) -> float:
     start = time.perf_counter()
     cmd = [sys.executable, "launch.py", "--config", config, "--run-dir", str(run_dir), "--steps", str(steps),
-           f"model.tiny_variant={variant}", f"run.checkpoint_every={steps}"]
+           f"model.tiny_variant={variant}", f"run.checkpoint_every={steps}", *overrides]
     log(" ".join(cmd[1:]))
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
@@ -101,17 +101,20 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4, help="answers per probe task and student")
     parser.add_argument("--probes", type=int, default=60)
     parser.add_argument("--variant", default="default", choices=("default", "test"))
+    parser.add_argument("--keep", type=Path, default=None, help="keep the two run directories under this folder")
+    parser.add_argument("overrides", nargs="*", help="config overrides (key=value) applied to both runs")
     args = parser.parse_args()
-    run = load_config(ROOT / "configs" / "tiny.yaml").inference
+    run = load_config(ROOT / "configs" / "tiny.yaml", args.overrides).inference
 
     model_dir = ensure_model(args.variant)
     verifier = Verifier()
     probes = probe_tasks(model_dir, args.probes, 4, verifier)
     log(f"{len(probes)} held-out probe tasks")
     with tempfile.TemporaryDirectory(prefix="populora-learning-") as tmp:
-        pop_dir, single_dir = Path(tmp) / "population", Path(tmp) / "single"
-        pop_seconds = train("configs/tiny.yaml", pop_dir, args.steps, args.variant)
-        single_seconds = train("configs/tiny-single.yaml", single_dir, args.steps, args.variant)
+        runs = args.keep or Path(tmp)
+        pop_dir, single_dir = runs / "population", runs / "single"
+        pop_seconds = train("configs/tiny.yaml", pop_dir, args.steps, args.variant, args.overrides)
+        single_seconds = train("configs/tiny-single.yaml", single_dir, args.steps, args.variant, args.overrides)
         pop_students, single_students = final_students(pop_dir), final_students(single_dir)
 
         rank = json.loads(next(iter(pop_students.values())).joinpath("adapter_config.json").read_text())["r"]
@@ -131,6 +134,7 @@ def main() -> None:
             "probe_tasks": len(probes),
             "samples_per_task": args.samples,
             "temperature": run.temperature,
+            "overrides": args.overrides,
             "probe_solve_start": round(start, 4),
             "probe_solve_end": round(pop_end, 4),
             "probe_solve_end_per_student": {k: round(v, 4) for k, v in ends.items() if k.startswith("pop-")},

@@ -29,8 +29,13 @@ class UpdateConfig:
     micro_batch_tokens: int = 8192
     batching: Literal["pack", "pad"] = "pad"  # length-sorted padding measured faster than packing on CPU
     track_entropy: bool = False
+    # The policy trained is softmax(z / T) at the rollouts' sampling temperature T, the distribution the
+    # samples were drawn from (verl divides the logits the same way); T = 1 is the plain policy.
+    temperature: float = 1.0
 
     def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         if self.micro_batch_tokens < 1:
@@ -46,8 +51,10 @@ class LossTokens:
     sample: torch.Tensor
 
 
-def forward_loss_tokens(model: MultiLoRAModel, batch: TokenBatch, adapter_off: bool = False, entropy: bool = False) -> LossTokens:
-    """Run the model on a batch and return log pi(target) at the loss positions only.
+def forward_loss_tokens(
+    model: MultiLoRAModel, batch: TokenBatch, adapter_off: bool = False, entropy: bool = False, temperature: float = 1.0
+) -> LossTokens:
+    """Run the model on a batch and return log pi_T(target) = log softmax(z / T)[target] at the loss positions only.
 
     The LM head runs only on loss positions (prompt positions never reach the vocabulary projection).
     ``adapter_off`` routes every token to ``NO_ADAPTER``: the frozen base, i.e. the KL reference.
@@ -63,6 +70,8 @@ def forward_loss_tokens(model: MultiLoRAModel, batch: TokenBatch, adapter_off: b
         use_cache=False,
     ).last_hidden_state
     logits = hf.get_output_embeddings()(hidden[batch.loss_mask])
+    if temperature != 1.0:
+        logits = logits / temperature
     targets = batch.targets[batch.loss_mask]
     ent = token_entropy(logits) if entropy else None
     return LossTokens(token_logprobs(logits, targets), ent, batch.token_sample[batch.loss_mask])
@@ -119,9 +128,9 @@ class PolicyLearner:
             with torch.no_grad():
                 for i, batch in enumerate(batches):
                     if cfg.epochs > 1:
-                        old[i] = forward_loss_tokens(self.model, batch).logprobs
+                        old[i] = forward_loss_tokens(self.model, batch, temperature=cfg.temperature).logprobs
                     if need_ref:
-                        ref[i] = forward_loss_tokens(self.model, batch, adapter_off=True).logprobs
+                        ref[i] = forward_loss_tokens(self.model, batch, adapter_off=True, temperature=cfg.temperature).logprobs
 
         want_entropy = loss_cfg.entropy_coef > 0 or cfg.track_entropy
         stats: dict[int, dict[str, float]] = {}
@@ -129,7 +138,7 @@ class PolicyLearner:
         for _ in range(cfg.epochs):
             sums: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
             for i, batch in enumerate(batches):
-                tokens = forward_loss_tokens(self.model, batch, entropy=want_entropy)
+                tokens = forward_loss_tokens(self.model, batch, entropy=want_entropy, temperature=cfg.temperature)
                 entropy = tokens.entropy
                 if entropy is not None and loss_cfg.entropy_coef == 0:
                     entropy = entropy.detach()

@@ -157,3 +157,22 @@ def test_nonfinite_gradient_skips_only_that_adapter(tiny_qwen2):
     assert norms[0] > 0 and norms[1] != norms[1]
     for p, q in zip(model.slot_parameters(1), before):
         assert torch.equal(p, q) and p.grad is None
+
+
+def test_learner_trains_the_tempered_policy_it_samples_from(tiny_qwen2):
+    """With UpdateConfig.temperature T the loss sees log softmax(z / T), the sampling distribution."""
+    model = make_model(tiny_qwen2, slots=1)
+    samples = random_samples(3, model.config.vocab_size, slots=[0], seed=5)
+    with torch.no_grad():
+        for batch in micro_batches(samples, PAD, 64, "pad"):
+            plain = forward_loss_tokens(model, batch).logprobs
+            tempered = forward_loss_tokens(model, batch, temperature=0.5).logprobs
+            hidden = model.model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                            position_ids=batch.position_ids, use_cache=False).last_hidden_state
+            logits = model.model.get_output_embeddings()(hidden[batch.loss_mask]).float()
+            targets = batch.targets[batch.loss_mask]
+            expected = torch.log_softmax(logits / 0.5, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+            torch.testing.assert_close(tempered, expected, atol=1e-5, rtol=1e-5)
+            assert not torch.allclose(plain, tempered)
+    with pytest.raises(ValueError, match="temperature"):
+        UpdateConfig(temperature=0.0)
