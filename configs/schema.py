@@ -179,7 +179,10 @@ class EvolutionConfig(Section):
 class InferenceConfig(Section):
     backend: Literal["auto", "vllm", "hf"] = Field("auto", description="'auto' picks vLLM where it imports and runs, else transformers.")
     max_tokens: int = Field(256, ge=1, le=65536, description="Most new tokens per generation.")
-    temperature: float = Field(1.0, ge=0, le=10, description="Sampling temperature (0 = greedy).")
+    temperature: float = Field(
+        1.0, ge=0, le=10,
+        description="Sampling temperature (0 = greedy); the learners train the tempered policy softmax(z / T) (T = 1 when greedy).",
+    )
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
     vllm_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Extra keyword arguments for vllm.LLM (e.g. gpu_memory_utilization, enforce_eager)."
