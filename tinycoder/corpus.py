@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from tinycoder.programs import Program, ShapeRange, generate_program, random_args, simple_args
-from verifier.sandbox import Status
+from verifier.sandbox import ExecResult, Status
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,8 @@ def verify_programs(
 ) -> list[VerifiedProgram]:
     """Run every (program, input) in the sandbox; keep the pairs that pass (see module docstring)."""
     pairs = [(program.source, args) for program, inputs in drafts for args in inputs]
-    traced = [(program.traced(), inputs[0]) for program, inputs in drafts if program.traced() and inputs]
+    sources = [program.traced() if inputs else None for program, inputs in drafts]
+    traced = [(source, inputs[0]) for source, (_, inputs) in zip(sources, drafts) if source]
     # One run per pair: the generator's programs are deterministic by construction (no clock,
     # randomness or object ids; set order depends only on the hash seed the sandbox fixes).
     results = executor.execute_many(pairs + traced, repeats=1)
@@ -100,7 +101,7 @@ def verify_programs(
     traces = iter(results[len(pairs):])
     kept: list[VerifiedProgram] = []
     at = 0
-    for program, inputs in drafts:
+    for (program, inputs), source in zip(drafts, sources):
         good_in, good_out = [], []
         for args in inputs:
             result = results[at]
@@ -108,7 +109,7 @@ def verify_programs(
             if result.status is Status.OK and len(result.output) <= settings.max_output_chars:
                 good_in.append(args)
                 good_out.append(result.output)
-        trace = _trace_lines(program, next(traces)) if program.traced() and inputs else ()
+        trace = _trace_lines(program, next(traces)) if source else ()
         if not good_in or good_in[0] != inputs[0]:
             trace = ()  # the trace belongs to inputs[0]
         constant = len(set(good_out)) == 1
@@ -117,7 +118,7 @@ def verify_programs(
     return kept
 
 
-def _trace_lines(program: Program, result: object) -> tuple[str, ...]:
+def _trace_lines(program: Program, result: ExecResult) -> tuple[str, ...]:
     """``name = value`` per phase result, from the traced run's tuple (read with ``ast.literal_eval``);
     empty when the run failed, returned early (a guard) or the values are long."""
     if result.status is not Status.OK:
