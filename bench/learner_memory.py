@@ -1,6 +1,6 @@
 """What a second learner process costs in memory when it maps the shared base, against one that copies it.
 
-For each size (Qwen2-shaped ~0.1B, and the Qwen2.5-0.5B shape; float32, random init) the model is saved to
+For each size (Qwen2-shaped ~0.1B, the Qwen2.5-0.5B and Qwen2.5-1.5B shapes; float32, random init) the model is saved to
 a temporary directory and materialised once into ``/dev/shm`` (``learners.shared_base.materialise_base``).
 Then, per mode, one learner process starts, then a second:
 
@@ -19,8 +19,8 @@ Python process that imports torch and transformers' Qwen2 code carries ~370 MiB 
 here, before any weight exists), so the ratio is dominated by that fixed cost at 0.1B and by the base
 above it; ``second_private_in_base_MiB`` (the second learner's private pages inside the base mapping:
 0 means no byte of the base was copied) shows the sharing directly. Progress goes to stderr, the last
-stdout line is one JSON object. Run: ``nice -n 10 python bench/learner_memory.py`` (3-6 minutes; needs
-about 8 GiB free for the 0.5B copy mode; ``--sizes 0.1B`` for a lighter run).
+stdout line is one JSON object. Run: ``nice -n 10 python bench/learner_memory.py`` (about 14 minutes;
+needs about 16 GiB free for the 1.5B copy mode; ``--sizes 0.1B,0.5B`` for a lighter run).
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ SIZES = {
                  num_key_value_heads=2, vocab_size=32768, tie_word_embeddings=True),
     # the Qwen2.5-0.5B shape (494M parameters)
     "0.5B": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    # the Qwen2.5-1.5B shape (1.54B parameters, 5.9 GiB in float32)
+    "1.5B": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                  num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
 }
 
@@ -82,8 +85,8 @@ def learner_process(mode: str, source: str, ready: mp.Queue, stop: mp.Event) -> 
     samples = []
     for slot in range(4):
         for k in range(2):
-            ids = torch.randint(1, vocab, (128,), generator=g).tolist()
-            samples.append(Sample(slot, ids[:64], ids[64:], reward=float(k) * 2 - 1))
+            ids = torch.randint(1, vocab, (64,), generator=g).tolist()
+            samples.append(Sample(slot, ids[:32], ids[32:], reward=float(k) * 2 - 1))
     learner.step(samples)
     del samples
     gc.collect()
@@ -181,7 +184,7 @@ def run_size(size: str, settle_s: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="0.1B,0.5B", help=f"comma-separated, from {sorted(SIZES)}")
+    parser.add_argument("--sizes", default="0.1B,0.5B,1.5B", help=f"comma-separated, from {sorted(SIZES)}")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds to wait before reading PSS")
     args = parser.parse_args()
     sizes = [s for s in args.sizes.split(",") if s]
