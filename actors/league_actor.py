@@ -19,11 +19,13 @@ LEAGUE_ROLE = {"teacher": "teacher", "student": "student", "agent": "both"}
 class LeagueActor:
     def __init__(self, config: dict[str, Any], members: list[tuple[str, str]], seed_file: str | None):
         from configs import Config
+        from evolution.heap import reuse_freed_blocks
         from evolution.league import League
         from evolution.replacement import ReplacementPolicy
         from verifier.buffers import make_buffers
 
         self.config = cfg = Config.model_validate(config)
+        reuse_freed_blocks()  # children reuse the memory of the last one instead of faulting it in again
         lg = cfg.league
         self.league = League(mu=lg.mu, sigma=lg.sigma, beta=lg.beta, tau=lg.tau, draw_probability=lg.draw_probability,
                              solve_threshold=lg.solve_threshold, pfsp_weighting=lg.pfsp_weighting,

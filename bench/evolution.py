@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evolution import operators  # noqa: E402
 from evolution.adapter_slots import find_slots  # noqa: E402
+from evolution.heap import reuse_freed_blocks  # noqa: E402
 from evolution.thin_svd import factored_svd, factored_svds, householder_svd  # noqa: E402
 
 RANK = 64
@@ -101,7 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, default=28)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", default="1,2",
+    parser.add_argument("--threads", default="2,1",
                         help="torch intra-op thread counts to time the operators with; the first one is median_s")
     parser.add_argument("--quick", action="store_true", help="4 layers, 1 repeat, no dense SVD of the MLP slots")
     args = parser.parse_args()
@@ -109,6 +110,7 @@ def main() -> None:
         args.layers, args.repeats = 4, 1
     threads = [int(t) for t in args.threads.split(",")]
     torch.manual_seed(0)
+    heap_reuse = reuse_freed_blocks()  # as the league actor does
     load_before = load_average()
     log(f"torch {torch.__version__}; threads {threads}; load average {load_before}; "
         f"building two rank-{RANK} adapters, {args.layers} layers")
@@ -175,6 +177,7 @@ def main() -> None:
         "adapter": {"layers": args.layers, "modules": list(QWEN25_7B), "rank": RANK, "dtype": "float32",
                     "mib_per_adapter": round(factor_bytes / 2**20, 1), "slots": len(slots)},
         "threads": primary,
+        "heap_reuse": heap_reuse,
         "repeats": args.repeats,
         "load_average_before_after": [load_before, load_average()],
         "median_s": {k: round(v, 4) for k, v in median_s.items()},

@@ -25,9 +25,10 @@ from typing import Literal
 import torch
 
 from evolution.adapter_slots import Adapter, Slot, check_same_layout, find_slots
-from evolution.thin_svd import block_gram, factored_svds, gram_roots
+from evolution.thin_svd import factored_svds, roots_of_grams
 
 NULL_SIGMA = 1e-6
+NORMAL_CHUNK = 1 << 16  # entries per normal_ call on CPU (256 KiB of float32)
 
 SlotReport = dict[str, float | str]
 
@@ -155,16 +156,30 @@ def perturb_singular_values(parent: Adapter, strength: float = 0.1, generator: t
     return Child(_finish(parent, factors), "perturb_singular_values", strength, report)
 
 
-def _outside_span(tall: torch.Tensor, coef: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """W0 = (I - P) G for a Gaussian G (d x k, overwritten), P the orthogonal projector onto span(tall @ coef)."""
-    return g.addmm_(tall, _f32(coef @ (coef.mT @ (tall.mT @ g).double())), alpha=-1.0)
+def _outside_span_gram(tall: torch.Tensor, coef: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """W0^T W0 for W0 = (I - P) G, P the orthogonal projector onto span(tall @ coef), formed in the dtype given."""
+    w0 = g - tall @ (coef @ (coef.mT @ (tall.mT @ g)))
+    return w0.mT @ w0
 
 
-def _draw_in_parallel(shapes: list[tuple[int, ...]], generator: torch.Generator | None, device: torch.device) -> list[torch.Tensor]:
-    """One Gaussian tensor per shape, each from its own stream seeded from ``generator``, on a pool of
-    threads: torch draws normals on one thread, and for a 7B-shaped adapter (~160M entries) that dominates."""
+def _draw_in_parallel(
+    shapes: list[tuple[int, ...]], generator: torch.Generator | None, device: torch.device, stds: list[float] | None = None
+) -> list[torch.Tensor]:
+    """One Gaussian tensor N(0, std^2) per shape, each from its own stream seeded from ``generator``, on a pool
+    of threads: torch draws normals on one thread, and for a 7B-shaped adapter (~160M entries) that dominates."""
+    stds = [1.0] * len(shapes) if stds is None else stds
+
+    def draw(shape: tuple[int, ...], std: float, g: torch.Generator) -> torch.Tensor:
+        out = torch.empty(shape, device=g.device)
+        # on CPU, torch fills uniforms and then transforms them in a second pass: chunks that stay in cache
+        # draw ~30% faster than one pass over a 5 MB tensor
+        chunk = NORMAL_CHUNK if out.device.type == "cpu" else out.numel()
+        for part in out.view(-1).split(max(1, chunk)):
+            part.normal_(0.0, std, generator=g)
+        return out.to(device)
+
     with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
-        return list(pool.map(lambda shape, g: _randn(shape, g, device), shapes, _slot_generators(generator, len(shapes))))
+        return list(pool.map(draw, shapes, stds, _slot_generators(generator, len(shapes))))
 
 
 def rotate_subspace(
@@ -213,27 +228,40 @@ def rotate_subspace(
             plans.append((slot_side, sides, k, moved.to(svd.sigma.device), slot_dirs))
         device = items[0][1].device if items else torch.device("cpu")
         gaussians = _draw_in_parallel([(tall.shape[0], k) for tall, _, k in directions], generator, device)
-        directions = [_outside_span(tall, coef, g) for (tall, coef, _), g in zip(directions, gaussians)]
-        # phase 2: orthonormalise every W0 at once (W = W0 R^+), then rebuild balanced factors
-        roots = gram_roots([[w0] for w0 in directions])
+        # phase 2: W = W0 R^+ orthonormal, for W0 = (I - Q Q^T) G and Q = tall @ coef (orthonormal). W0 is never
+        # formed: W0 = G - tall @ proj with proj = coef H, H = coef^T tall^T G, and W0^T W0 = G^T G - H^T H.
+        projs, grams, exact = [], [], []
+        for (tall, coef, _), g in zip(directions, gaussians):
+            h = coef.mT @ (tall.mT @ g).double()
+            projs.append(coef @ h)
+            grams.append((g.mT @ g).double() - h.mT @ h)
+            exact.append(lambda tall=tall, coef=coef, g=g: _outside_span_gram(tall.double(), coef, g.double()))
+        roots = roots_of_grams(grams, [[g.shape[1]] for g in gaussians], exact)
         for (slot, a, b), svd, (slot_side, sides, k, moved, slot_dirs) in zip(items, svds, plans):
             rank = a.shape[0]
             turn = torch.ones(rank, dtype=torch.float64, device=svd.sigma.device)
             turn[moved] = cos
             b_scale, a_scale = _factor_scales(svd.sigma, svd.y_root.block_sq_norms[0], rank)
-            # A' = diag(a) V'^T and B' = U' diag(b), with V' = V C + W S on the moved columns (U' likewise)
-            new_a = _f32(svd.right * (a_scale * (turn if "input" in sides else 1.0))[None, :]).mT @ a
-            new_b = b @ _f32(svd.left * (b_scale * (turn if "output" in sides else 1.0))[None, :])
+            # A' = diag(a) V'^T and B' = U' diag(b), with V' = V C + W S on the moved columns (U' likewise);
+            # the -tall @ proj part of W0 folds into the r x r matrix that multiplies the parent factor
+            to_a = (svd.right * (a_scale * (turn if "input" in sides else 1.0))[None, :]).mT
+            to_b = svd.left * (b_scale * (turn if "output" in sides else 1.0))[None, :]
+            mix_a = mix_b = None
             if "input" in slot_dirs:
                 i = slot_dirs["input"]
-                mix = torch.zeros(rank, k, dtype=torch.float64, device=svd.sigma.device)
-                mix[moved] = (a_scale[moved] * sin)[:, None] * roots[i].pinv.mT
-                new_a = torch.addmm(new_a, _f32(mix), directions[i].mT)
+                mix_a = torch.zeros(rank, k, dtype=torch.float64, device=svd.sigma.device)
+                mix_a[moved] = (a_scale[moved] * sin)[:, None] * roots[i].pinv.mT
+                to_a = to_a - mix_a @ projs[i].mT
             if "output" in slot_dirs:
                 i = slot_dirs["output"]
-                mix = torch.zeros(k, rank, dtype=torch.float64, device=svd.sigma.device)
-                mix[:, moved] = roots[i].pinv * (b_scale[moved] * sin)[None, :]
-                new_b = torch.addmm(new_b, directions[i], _f32(mix))
+                mix_b = torch.zeros(k, rank, dtype=torch.float64, device=svd.sigma.device)
+                mix_b[:, moved] = roots[i].pinv * (b_scale[moved] * sin)[None, :]
+                to_b = to_b - projs[i] @ mix_b
+            new_a, new_b = _f32(to_a) @ a, b @ _f32(to_b)
+            if mix_a is not None:
+                new_a.addmm_(_f32(mix_a), gaussians[slot_dirs["input"]].mT)
+            if mix_b is not None:
+                new_b.addmm_(gaussians[slot_dirs["output"]], _f32(mix_b))
             factors[slot.a_key], factors[slot.b_key] = new_a, new_b
             per_component = 2 * sin**2 if len(sides) == 2 else 2 * (1 - cos)
             sq = svd.sigma.square()
@@ -247,17 +275,21 @@ def gaussian_noise(parent: Adapter, strength: float = 0.1, generator: torch.Gene
 
     Factors stay in the parent's gauge. The relative change is exact, from r x r Gram blocks:
     B'A' - BA = [B, dB] K [A; dA] with K = [[0, I], [I, I]], so ||.||_F^2 = tr(K^T G_X K G_Y).
+    The parent blocks B^T B and A A^T come first: their traces give the rms scales.
     """
     strength = check_strength("gaussian_noise", strength)
     factors, grams = {}, []
     with torch.no_grad():
         items = _each_slot(parent)
         device = items[0][1].device if items else torch.device("cpu")
-        drawn = _draw_in_parallel([tuple(t.shape) for _, a, b in items for t in (a, b)], generator, device)
-        for (slot, a, b), noise_a, noise_b in zip(items, drawn[0::2], drawn[1::2]):
-            noise_a.mul_(strength * float(a.norm()) / math.sqrt(a.numel()))
-            noise_b.mul_(strength * float(b.norm()) / math.sqrt(b.numel()))
-            grams.append((block_gram([b, noise_b], torch.float32), block_gram([a.mT, noise_a.mT], torch.float32)))
+        own = [(b.mT @ b, a @ a.mT) for _, a, b in items]
+        stds = []
+        for (_, a, b), (gram_b, gram_a) in zip(items, own):
+            for gram, factor in ((gram_a, a), (gram_b, b)):
+                stds.append(strength * math.sqrt(max(float(gram.trace()), 0.0) / factor.numel()))
+        drawn = _draw_in_parallel([tuple(t.shape) for _, a, b in items for t in (a, b)], generator, device, stds)
+        for (slot, a, b), (gram_b, gram_a), noise_a, noise_b in zip(items, own, drawn[0::2], drawn[1::2]):
+            grams.append((_with_noise_gram(gram_b, b, noise_b), _with_noise_gram(gram_a, a.mT, noise_a.mT)))
             factors[slot.a_key], factors[slot.b_key] = noise_a.add_(a), noise_b.add_(b)
         report = {}
         by_rank: dict[tuple, list[int]] = {}
@@ -275,6 +307,12 @@ def gaussian_noise(parent: Adapter, strength: float = 0.1, generator: torch.Gene
                 report[items[i][0].name] = {"relative_change": _ratio(num, den)}
     report = {slot.name: report[slot.name] for slot, _, _ in items}
     return Child(_finish(parent, factors), "gaussian_noise", strength, report)
+
+
+def _with_noise_gram(gram: torch.Tensor, tall: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """[X, N]^T [X, N] in float64, given X^T X (X, N: d x r)."""
+    cross = tall.mT @ noise
+    return torch.cat([torch.cat([gram, cross], 1), torch.cat([cross.mT, noise.mT @ noise], 1)]).double()
 
 
 # --------------------------------------------------------------------------------------------- crossovers
@@ -340,8 +378,8 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
             b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], rank)
             left = _f32(svd.left[:, :rank] * b_scale[None, :])
             right = _f32(svd.right[:, :rank] * a_scale[None, :])
-            factors[slot.b_key] = torch.addmm(b_a @ left[:rank], b_b, left[rank:])
-            factors[slot.a_key] = torch.addmm(right[:rank].mT @ a_a, right[rank:].mT, a_b)
+            factors[slot.b_key] = (b_a @ left[:rank]).addmm_(b_b, left[rank:])
+            factors[slot.a_key] = (right[:rank].mT @ a_a).addmm_(right[rank:].mT, a_b)
             kept = sigma.where(b_scale > 0, torch.zeros_like(sigma))
             child_core = (svd.core_u[:, :rank] * kept[None, :]) @ svd.core_v[:, :rank].mT
             ones = torch.ones(rank, dtype=torch.float64, device=child_core.device)
