@@ -10,8 +10,9 @@ except for null directions (sigma_j <= 1e-6 sigma_max, e.g. a freshly initialise
 there B' gets a zero column and A' the unit row v_j^T times the parent's RMS row norm of A, so the child
 keeps Delta W and stays trainable (PEFT's own init is the same shape: B = 0, A != 0).
 
-Same generator seed, same parents -> same child. Random numbers are drawn slot by slot in key order on the
-generator's device. Thin SVDs run on the parents' device (CPU or CUDA) in float32 with float64 r x r maths.
+Same generator seed, same parents -> same child. Random numbers come from the generator in slot key order
+on its device; the large Gaussian blocks are drawn on a thread pool, each from its own stream seeded in
+key order. Thin SVDs run on the parents' device (CPU or CUDA) in float32 with float64 r x r maths.
 """
 
 from __future__ import annotations
