@@ -359,8 +359,8 @@ def test_defences_report(verifier):
 
 @pytest.mark.skipif(not IS_ROOT, reason="the network namespace of the server is inspected through /proc as root")
 def test_fork_server_lives_in_another_network_namespace(verifier):
-    server = verifier._server_for_use()
-    assert os.readlink(f"/proc/{server.proc.pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    for server in verifier._pool_for_use().servers:
+        assert os.readlink(f"/proc/{server.proc.pid}/ns/net") != os.readlink("/proc/self/ns/net")
 
 
 def test_os_layer_children_run_confined(os_layer):
@@ -404,8 +404,7 @@ def test_os_layer_contains_files(os_layer, canary):
 
 
 def test_os_layer_contains_processes_and_signals(os_layer, canary):
-    server = os_layer._server_for_use()
-    server_pid = server.proc.pid
+    server_pids = [server.proc.pid for server in os_layer._pool_for_use().servers]
     checks = [
         ("import os\ndef f(a):\n    return os.fork()", {Status.RUNTIME_ERROR}),
         (f"import os\ndef f(a):\n    return os.system('touch {canary}.new')", {Status.OK}),  # fork fails: -1
@@ -424,7 +423,7 @@ def test_os_layer_contains_processes_and_signals(os_layer, canary):
         assert run(os_layer, "import os\ndef f(a):\n    os.kill(-1, 9)\n    return 'alive'").output == "'alive'"
     assert not Path(f"{canary}.new").exists()
     if IS_ROOT:  # the fork server (root) was out of reach of every child
-        assert os_layer._server_for_use().proc.pid == server_pid
+        assert [server.proc.pid for server in os_layer._pool_for_use().servers] == server_pids
 
 
 def test_os_layer_segfault_is_crashed(os_layer):
@@ -475,7 +474,7 @@ def test_a_dead_fork_server_is_replaced_and_its_runs_retried():
     """A server killed from outside costs no verdict: its runs are retried on a fresh server (here the
     program's true verdict is TIMEOUT); only a second death in a row is reported as CRASHED."""
     with Verifier(timeout_s=2.0, workers=1) as v:
-        first = v._server_for_use()
+        first = v._pool_for_use().servers[0]
         results: list[ExecResult] = []
         pending = threading.Thread(target=lambda: results.append(v.execute("def f(a):\n    while True:\n        pass", "0")))
         pending.start()
@@ -484,17 +483,17 @@ def test_a_dead_fork_server_is_replaced_and_its_runs_retried():
         pending.join(timeout=20)
         assert results and results[0].status is Status.TIMEOUT, results
         assert_serving(v)
-        assert v._server_for_use() is not first
+        assert v._pool_for_use().servers[0] is not first
 
         results.clear()
         pending = threading.Thread(target=lambda: results.append(v.execute("def f(a):\n    while True:\n        pass", "0")))
         pending.start()
         for _ in range(2):  # kill the server, then the one that replaced it
             time.sleep(0.5)
-            server = v._server
+            server = v._pool.servers[0]
             os.kill(server.proc.pid, signal.SIGKILL)
             deadline = time.monotonic() + 5
-            while v._server is server and time.monotonic() < deadline:
+            while v._pool.servers[0] is server and time.monotonic() < deadline:
                 time.sleep(0.05)
         pending.join(timeout=20)
         assert results and results[0].status is Status.CRASHED and "exited" in results[0].error
@@ -502,38 +501,43 @@ def test_a_dead_fork_server_is_replaced_and_its_runs_retried():
     assert not os.path.exists(first.hello["scratch"])  # the dead server's scratch directory is removed
 
 
+def children(servers: list[psutil.Process]) -> list[psutil.Process]:
+    return [run for server in servers for run in server.children()]
+
+
 def test_no_leftover_processes():
     v = Verifier(timeout_s=5.0, workers=2)
-    server = psutil.Process(v._server_for_use().proc.pid)
+    servers = [psutil.Process(server.proc.pid) for server in v._pool_for_use().servers]
     slow = threading.Thread(target=v.execute, args=("def f(a):\n    while True:\n        pass", "0"))
     slow.start()
     deadline = time.monotonic() + 5
-    while len(server.children()) < 2 and time.monotonic() < deadline:
+    while len(children(servers)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    runs = server.children()
-    assert len(runs) == 2  # the two runs of the looping call
+    runs = children(servers)
+    assert len(runs) == 2  # the two runs of the looping call, one per server
     if IS_ROOT:  # once a run has confined itself it is an unprivileged uid of the server's block
         while any(p.uids().real == 0 for p in runs) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert {p.uids().real for p in runs} <= set(range(DEFAULT_UID_BASE, DEFAULT_UID_BASE + 4096 * 64))
     v.close()  # kills the runs in flight and the server
     slow.join(timeout=10)
-    gone, alive = psutil.wait_procs(runs + [server], timeout=5)
+    gone, alive = psutil.wait_procs(runs + servers, timeout=5)
     assert alive == []
 
 
 def test_runs_die_with_a_killed_fork_server():
     v = Verifier(timeout_s=30.0, workers=2)
-    server = psutil.Process(v._server_for_use().proc.pid)
+    servers = [psutil.Process(server.proc.pid) for server in v._pool_for_use().servers]
     threads = [threading.Thread(target=v.execute, args=("def f(a):\n    while True:\n        pass", "0")) for _ in range(2)]
     for t in threads:
         t.start()
     deadline = time.monotonic() + 5
-    while len(server.children()) < 2 and time.monotonic() < deadline:
+    while len(children(servers)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    runs = server.children()
+    runs = children(servers)
     assert len(runs) == 2
-    server.kill()  # no cleanup by the server: the parent-death signal takes the runs down
+    for server in servers:
+        server.kill()  # no cleanup by the servers: the parent-death signal takes the runs down
     gone, alive = psutil.wait_procs(runs, timeout=5)
     assert alive == []
     for t in threads:
