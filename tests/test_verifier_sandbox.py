@@ -470,6 +470,23 @@ def test_concurrent_callers(verifier):
         assert [r.output for r in results[k]] == [str(3 * (k * 100 + i)) for i in range(10)]
 
 
+def test_a_slow_run_holds_up_only_its_own_fork_server():
+    """Runs are queued host-side and handed to the least loaded server: while one worker's run loops
+    until its timeout, the other worker serves a whole batch of quick calls."""
+    with Verifier(timeout_s=3.0, workers=2) as v:
+        slow: list[ExecResult] = []
+        looping = threading.Thread(target=lambda: slow.append(v.execute("def f(a):\n    while True:\n        pass", "0", repeats=1)))
+        looping.start()
+        time.sleep(0.3)
+        start = time.monotonic()
+        quick = v.execute_many([("def f(a):\n    return a + 1", str(i)) for i in range(20)])
+        elapsed = time.monotonic() - start
+        assert [r.output for r in quick] == [str(i + 1) for i in range(20)]
+        assert elapsed < 2.5, elapsed  # not queued behind the 3 s loop
+        looping.join(timeout=20)
+        assert slow and slow[0].status is Status.TIMEOUT
+
+
 def test_a_dead_fork_server_is_replaced_and_its_runs_retried():
     """A server killed from outside costs no verdict: its runs are retried on a fresh server (here the
     program's true verdict is TIMEOUT); only a second death in a row is reported as CRASHED."""
