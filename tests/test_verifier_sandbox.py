@@ -518,19 +518,26 @@ def test_a_dead_fork_server_is_replaced_and_its_runs_retried():
     assert not os.path.exists(first.hello["scratch"])  # the dead server's scratch directory is removed
 
 
-def children(servers: list[psutil.Process]) -> list[psutil.Process]:
-    return [run for server in servers for run in server.children()]
+def zygotes(v: Verifier) -> list[psutil.Process]:
+    return [psutil.Process(s.hello["zygote"]) for s in v._pool_for_use().servers if s.hello.get("zygote")]
+
+
+def children(servers: list[psutil.Process], zygotes: list[psutil.Process] = ()) -> list[psutil.Process]:
+    """The runs in flight: children of the servers other than their zygotes."""
+    skip = {z.pid for z in zygotes}
+    return [run for server in servers for run in server.children() if run.pid not in skip]
 
 
 def test_no_leftover_processes():
     v = Verifier(timeout_s=5.0, workers=2)
     servers = [psutil.Process(server.proc.pid) for server in v._pool_for_use().servers]
+    helpers = zygotes(v)
     slow = threading.Thread(target=v.execute, args=("def f(a):\n    while True:\n        pass", "0"))
     slow.start()
     deadline = time.monotonic() + 5
-    while len(children(servers)) < 2 and time.monotonic() < deadline:
+    while len(children(servers, helpers)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    runs = children(servers)
+    runs = children(servers, helpers)
     assert len(runs) == 2  # the two runs of the looping call, one per server
     if IS_ROOT:  # once a run has confined itself it is an unprivileged uid of the server's block
         while any(p.uids().real == 0 for p in runs) and time.monotonic() < deadline:
@@ -538,25 +545,52 @@ def test_no_leftover_processes():
         assert {p.uids().real for p in runs} <= set(range(DEFAULT_UID_BASE, DEFAULT_UID_BASE + 4096 * 64))
     v.close()  # kills the runs in flight and the server
     slow.join(timeout=10)
-    gone, alive = psutil.wait_procs(runs + servers, timeout=5)
+    gone, alive = psutil.wait_procs(runs + servers + helpers, timeout=5)
     assert alive == []
 
 
 def test_runs_die_with_a_killed_fork_server():
     v = Verifier(timeout_s=30.0, workers=2)
     servers = [psutil.Process(server.proc.pid) for server in v._pool_for_use().servers]
+    helpers = zygotes(v)
     threads = [threading.Thread(target=v.execute, args=("def f(a):\n    while True:\n        pass", "0")) for _ in range(2)]
     for t in threads:
         t.start()
     deadline = time.monotonic() + 5
-    while len(children(servers)) < 2 and time.monotonic() < deadline:
+    while len(children(servers, helpers)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    runs = children(servers)
+    runs = children(servers, helpers)
     assert len(runs) == 2
     for server in servers:
-        server.kill()  # no cleanup by the servers: the parent-death signal takes the runs down
-    gone, alive = psutil.wait_procs(runs, timeout=5)
+        server.kill()  # no cleanup by the servers: the parent-death signal takes the runs (and zygotes) down
+    gone, alive = psutil.wait_procs(runs + helpers, timeout=5)
     assert alive == []
     for t in threads:
         t.join(timeout=10)
+    v.close()
+
+
+def test_runs_are_cloned_by_a_zygote_and_go_on_without_it():
+    v = Verifier(timeout_s=10.0, workers=1)
+    server = v._pool_for_use().servers[0]
+    if not server.hello.get("zygote"):
+        pytest.skip("no clone(CLONE_PARENT) on this machine: the server forks every run itself")
+    parent, zygote = psutil.Process(server.proc.pid), psutil.Process(server.hello["zygote"])
+    assert zygote.ppid() == parent.pid
+    slow = threading.Thread(target=v.execute, args=("def f(a):\n    while True:\n        pass", "0"))
+    slow.start()
+    deadline = time.monotonic() + 5
+    while not children([parent], [zygote]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    runs = children([parent], [zygote])
+    assert len(runs) == 1 and runs[0].ppid() == parent.pid  # the server's own child: it reaps and signals it
+    assert zygote.children() == []
+    zygote.kill()
+    slow.join(timeout=30)
+    # the server notices at its next run and forks that and every later run itself
+    address = "class N:\n    pass\ndef f(n):\n    return [hash(N()) % 9973 for _ in range(n)]"
+    assert_serving(v)
+    assert any(v.execute(address, "5").status is Status.NONDETERMINISTIC for _ in range(3))
+    assert run(v, "def f(a):\n    while True:\n        pass", "0").status is Status.TIMEOUT
+    assert not psutil.pid_exists(zygote.pid)  # reaped, not left a zombie
     v.close()

@@ -7,9 +7,11 @@ the same way. Two stages:
 1. ``confine``: cut the network (``unshare(CLONE_NEWNET)``, a new empty network namespace; without
    root inside a new user namespace where the kernel allows one) and set ``PR_SET_NO_NEW_PRIVS``
    through ctypes, then ``execv`` a fresh interpreter for stage 2.
-2. ``serve``: import every allowed module once, then loop: read requests (JSON lines on stdin),
-   fork a child per request, enforce the wall-clock deadline with ``killpg(SIGKILL)``, reap the
-   child through a pidfd, write one JSON result line per request on stdout. It exits on EOF.
+2. ``serve``: import every allowed module once, fork a zygote (``_Zygote``), then loop: read
+   requests (JSON lines on stdin), have the zygote clone a child per request (the server's own child,
+   through ``CLONE_PARENT``; the server forks itself where that is unavailable or the zygote died),
+   enforce the wall-clock deadline with ``killpg(SIGKILL)``, reap the child through a pidfd, write
+   one JSON result line per request on stdout. It exits on EOF.
 
 A child (``_child``) confines itself before it touches the program: a parent-death signal (no
 run outlives the server), new session and process
@@ -66,6 +68,8 @@ CHILD_STATUSES = frozenset(
     {"ok", "no_entry_function", "forbidden", "runtime_error", "memory_limit", "output_too_large", "bad_output", "crashed"}
 )
 PRCTL = None  # libc prctl, set by the server
+CLONE_PARENT = 0x00008000
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}  # clone(2) by machine; elsewhere the server forks itself
 
 
 def _confine_and_exec(root: str, uid_base: int, workers: int) -> None:
@@ -109,8 +113,9 @@ def _unprivileged_netns(libc, root: str) -> bool:
     return False
 
 
-def _load_prctl():
-    """``prctl`` from libc, for ``PR_SET_PDEATHSIG`` in children (so no run outlives the server).
+def _load_libc() -> tuple:
+    """``prctl`` (for ``PR_SET_PDEATHSIG``, so no run outlives the server) and a raw
+    ``clone(CLONE_PARENT)`` for the zygote, from libc; each None where unavailable.
 
     ctypes is dropped from ``sys.modules`` right after: a program cannot import it again (the
     static check and the audit hook refuse, and a chrooted child has no files to load it from).
@@ -118,13 +123,28 @@ def _load_prctl():
     try:
         import ctypes
 
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+        clone = None
+        number = SYS_CLONE.get(os.uname().machine)
+        if number is not None:
+            syscall = libc.syscall
+            syscall.restype = ctypes.c_long
+            syscall.argtypes = [ctypes.c_long] * 6
+            get_errno = ctypes.get_errno
+            flags = CLONE_PARENT | int(signal.SIGCHLD)
+
+            def clone() -> int:
+                """A child of our parent (the server) that shares nothing with us; -errno on failure."""
+                pid = syscall(number, flags, 0, 0, 0, 0)
+                return pid if pid >= 0 else -get_errno()
+
     except (ImportError, OSError, AttributeError):
-        return None
+        return None, None
     finally:
         for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
             del sys.modules[name]
-    return prctl
+    return prctl, clone
 
 
 def _import_allowed_modules() -> None:
@@ -259,6 +279,95 @@ def _child(request: dict, result_fd: int, workdir: str, uid: int, address_space:
         os._exit(BAD_EXIT)
 
 
+def _read_exactly(fd: int, size: int) -> bytes | None:
+    """``size`` bytes from a blocking descriptor, or None at end of file."""
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _zygote_main(requests: int, replies: int, clone, slot_writers: list[int], server: int) -> None:
+    """The zygote's loop: read ``size slot payload``, clone a child that runs it, answer its pid."""
+    if PRCTL is None or PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != server:
+        return
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    low = 3  # hold no descriptor of the server's (its stdin and stdout are the host's pipes)
+    for fd in sorted({requests, replies, *slot_writers}):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
+    while True:
+        head = _read_exactly(requests, 8)
+        payload = _read_exactly(requests, int.from_bytes(head[:4], "little")) if head else None
+        if payload is None:  # the server is gone or closed us
+            return
+        pid = clone()
+        if pid == 0:
+            random.seed()  # what os.fork's at-fork hook would do: _perturb_allocator must differ per run
+            request, workdir, uid, address_space = marshal.loads(payload)
+            _child(request, slot_writers[int.from_bytes(head[4:], "little")], workdir, uid, address_space)
+        os.write(replies, pid.to_bytes(8, "little", signed=True))
+
+
+class _Zygote:
+    """A process forked from the warm server that does nothing but clone children for it.
+
+    A process that forks pays a copy-on-write fault for every page it writes while its child lives:
+    ~200 per run for the server's own bookkeeping (measured). The zygote writes a few pages between
+    clones, and its children are the server's (``clone(CLONE_PARENT)``), so the server still reaps
+    them (exit status, rusage), signals them and is the parent their death signal watches.
+    Protocol on two pipes: ``size`` and ``slot`` (4 bytes each, little-endian) and a marshalled
+    ``(request, workdir, uid, address_space)``; the answer is the pid (or -errno), 8 bytes.
+    """
+
+    def __init__(self, clone, slot_writers: list[int]):
+        server = os.getpid()
+        req_r, self.requests = os.pipe()
+        self.replies, rep_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                _zygote_main(req_r, rep_w, clone, slot_writers, server)
+            finally:
+                os._exit(0)
+        os.close(req_r)
+        os.close(rep_w)
+
+    def clone(self, slot: int, payload: bytes) -> int | None:
+        """The pid of a new child of ours running ``payload``; None (and the zygote closed) on failure."""
+        view = memoryview(len(payload).to_bytes(4, "little") + slot.to_bytes(4, "little") + payload)
+        try:
+            while view:
+                view = view[os.write(self.requests, view) :]
+            reply = os.read(self.replies, 8)
+        except OSError:
+            reply = b""
+        pid = int.from_bytes(reply, "little", signed=True) if len(reply) == 8 else -1
+        if pid <= 0:
+            self.close()
+            return None
+        return pid
+
+    def close(self) -> None:
+        if self.pid is None:
+            return
+        for fd in (self.requests, self.replies):
+            os.close(fd)
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+        self.pid = None
+
+
 class _Running:
     """A child in flight: its pid, pidfd, result pipe, deadline and slot."""
 
@@ -289,6 +398,12 @@ class Server:
         self.pending: deque[dict] = deque()
         self.running: dict[int, _Running] = {}  # by pidfd
         self.free_slots = list(range(max(1, workers) - 1, -1, -1))
+        # one result pipe per slot, reused run after run: the zygote must hold every write end
+        # before it is forked. A pipe is empty again once its run's child is reaped and drained.
+        self.slot_pipes = [os.pipe() for _ in range(max(1, workers))]
+        for read_fd, _ in self.slot_pipes:
+            os.set_blocking(read_fd, False)
+        self.zygote: _Zygote | None = None
         self.counter = 0
         self.inbuf = b""
         self.outbox: list[bytes] = []
@@ -296,7 +411,7 @@ class Server:
         _import_allowed_modules()
         global PREPARED, PRCTL
         PREPARED = guard.prepare()
-        PRCTL = _load_prctl()
+        PRCTL, self.clone = _load_libc()
         self.baseline_as = _address_space_in_use()
 
     def send(self, message: dict) -> None:
@@ -330,15 +445,20 @@ class Server:
         self.counter += 1
         workdir = os.path.join(self.base, str(self.counter))
         os.mkdir(workdir, 0o555)
-        read_fd, write_fd = os.pipe()
+        read_fd, write_fd = self.slot_pipes[slot]
         address_space = self.baseline_as + int(request["memory_mb"]) * 1024 * 1024
+        uid = self.uid_base + slot % UIDS_PER_SERVER
         started = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            _child(request, write_fd, workdir, self.uid_base + slot % UIDS_PER_SERVER, address_space)
-        os.close(write_fd)
+        pid = None
+        if self.zygote is not None:
+            pid = self.zygote.clone(slot, marshal.dumps((request, workdir, uid, address_space)))
+            if pid is None:  # it died or cannot clone here: fork ourselves from now on
+                self.zygote = None
+        if pid is None:
+            pid = os.fork()
+            if pid == 0:
+                _child(request, write_fd, workdir, uid, address_space)
         pidfd = os.pidfd_open(pid)
-        os.set_blocking(read_fd, False)
         run = _Running(request, pid, pidfd, read_fd, workdir, slot, started, started + float(request["timeout_s"]))
         self.running[pidfd] = run
         self.selector.register(pidfd, selectors.EVENT_READ, ("exit", run))
@@ -372,9 +492,8 @@ class Server:
         _, wait_status, usage = os.wait4(run.pid, 0)
         if run.read_fd in self.selector.get_map():
             self.selector.unregister(run.read_fd)
-        self.drain(run)
+        self.drain(run)  # the child is gone: this empties the slot's pipe for the next run
         self.selector.unregister(run.pidfd)
-        os.close(run.read_fd)
         os.close(run.pidfd)
         del self.running[run.pidfd]
         self.free_slots.append(run.slot)
@@ -449,7 +568,10 @@ class Server:
         os.set_blocking(0, False)
         self.selector.register(0, selectors.EVENT_READ, ("stdin", None))
         gc.freeze()  # keep the collector from touching (and so copying) the server's objects in children
-        hello = {"netns": self.netns, "no_new_privs": self.no_new_privs, "root": self.root, "pid": os.getpid(), "scratch": self.base}
+        if self.clone is not None and PRCTL is not None:
+            self.zygote = _Zygote(self.clone, [write_fd for _, write_fd in self.slot_pipes])
+        hello = {"netns": self.netns, "no_new_privs": self.no_new_privs, "root": self.root, "pid": os.getpid(), "scratch": self.base,
+                 "zygote": self.zygote.pid if self.zygote is not None else None}
         self.send({"hello": hello})
         while not (self.closing and not self.running):
             self.flush()
@@ -480,6 +602,8 @@ class Server:
                 os.waitpid(run.pid, 0)
             except OSError:
                 pass
+        if self.zygote is not None:
+            self.zygote.close()
         shutil.rmtree(self.base, ignore_errors=True)
 
 

@@ -482,6 +482,7 @@ class Verifier:
         return {
             "process_per_execution": True,
             "fork_server_warm_imports": True,
+            "fork_zygote": bool(hello.get("zygote")),
             "python_guards": self.python_guards,
             "module_allow_list": self.python_guards,
             "audit_hook": self.python_guards,
