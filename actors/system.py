@@ -74,8 +74,11 @@ class System:
             role = actor.role.removeprefix("learner-")
             shard = len(learners.get(role, []))
             owned = [m for i, (m, r) in enumerate(x for x in members if x[1] == role) if i % plan.learner_shards == shard]
+            rl = cfg.rl.model_dump()
+            if role == "teacher" and cfg.rl.teacher_learning_rate is not None:
+                rl["learning_rate"] = cfg.rl.teacher_learning_rate
             learner = LearnerActor.options(**actor_options(plan, actor, groups)).remote(
-                model_path, owned, cfg.lora.model_dump(), cfg.rl.model_dump(), cfg.model.dtype, cfg.run.seed + shard,
+                model_path, owned, cfg.lora.model_dump(), rl, cfg.model.dtype, cfg.run.seed + shard,
                 cuda_base=handles.get(actor.gpu_ids[0]) if actor.gpu_ids else None,
                 # train the policy the rollouts are sampled from; greedy decoding (T = 0) trains T = 1
                 temperature=cfg.inference.temperature if cfg.inference.temperature > 0 else 1.0,

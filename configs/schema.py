@@ -103,6 +103,11 @@ class RewardsConfig(Section):
 
 class RLConfig(Section):
     learning_rate: float = Field(1e-4, gt=0, le=1.0, description="AdamW learning rate of every adapter.")
+    teacher_learning_rate: float | None = Field(
+        None, gt=0, le=1.0,
+        description="AdamW learning rate of the teachers when set (the students keep learning_rate); "
+        "the single agent's one adapter uses learning_rate.",
+    )
     weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW weight decay.")
     clip_epsilon: float = Field(0.2, gt=0, le=1.0, description="PPO ratio clip, used when epochs > 1.")
     kl_coef: float = Field(0.0, ge=0, le=10, description="Coefficient of the KL to the frozen base (adapter-off rows).")
