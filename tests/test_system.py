@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = [
@@ -52,7 +53,7 @@ def metrics(run_dir: Path) -> list[dict]:
 @pytest.mark.slow
 def test_end_to_end_run_then_resume(tiny_model, tmp_path):
     run_dir = tmp_path / "run"
-    first = launch("--run-dir", str(run_dir), "--steps", "2", *SHORT)
+    first = launch("--run-dir", str(run_dir), "--steps", "2", *SHORT, "rl.teacher_learning_rate=3e-4")
     assert first.returncode == 0, first.stderr[-3000:]
     rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
@@ -69,6 +70,11 @@ def test_end_to_end_run_then_resume(tiny_model, tmp_path):
     checkpoint = run_dir / "checkpoints" / "step-2"
     saved_league = json.loads((checkpoint / "league.json").read_text())
     assert list((checkpoint / "learners").rglob("adapter_model.safetensors"))
+    for learner in (checkpoint / "learners").iterdir():  # teachers train at their own rate, students at tiny.yaml's
+        members = json.loads((learner / "slots.json").read_text())["slots"]
+        lrs = torch.load(learner / "optimizers.pt")["lrs"]
+        expected = 3e-4 if {saved_league["roles"][m] for m in members} == {"teacher"} else 5e-4
+        assert lrs == pytest.approx([expected] * len(lrs))
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
     second = launch("--resume", str(run_dir), "--steps", "1")
