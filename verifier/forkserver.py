@@ -161,10 +161,9 @@ def _set_limit(which: int, value: int) -> None:
     resource.setrlimit(which, (value, value))
 
 
-def _confine_child(workdir: str, uid: int, cpu_s: int, address_space: int) -> dict:
+def _confine_child(workdir: str, uid: int, cpu_s: int, address_space: int, server: int) -> dict:
     """Everything the child does to itself before running untrusted code; returns what succeeded."""
     report = {"chroot": False, "uid": os.getuid(), "parent_death_signal": False}
-    parent = os.getppid()
     os.setsid()
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
@@ -199,7 +198,7 @@ def _confine_child(workdir: str, uid: int, cpu_s: int, address_space: int) -> di
     # armed last: a change of credentials clears the parent-death signal
     if PRCTL is not None and PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
         report["parent_death_signal"] = True
-        if os.getppid() != parent:  # the server died before the signal was armed
+        if os.getppid() != server:  # the server died before the signal was armed (even before we ran)
             os._exit(BAD_EXIT)
     return report
 
@@ -261,12 +260,12 @@ def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bo
     return "ok", output, ""
 
 
-def _child(request: dict, result_fd: int, workdir: str, uid: int, address_space: int) -> None:
-    """Body of a forked child; never returns."""
+def _child(request: dict, result_fd: int, workdir: str, uid: int, address_space: int, server: int) -> None:
+    """Body of a forked child of ``server`` (its pid); never returns."""
     try:
         os.dup2(result_fd, RESULT_FD)
         cpu_s = int(math.ceil(request["timeout_s"])) + 1
-        report = _confine_child(workdir, uid, cpu_s, address_space)
+        report = _confine_child(workdir, uid, cpu_s, address_space, server)
         if request.get("probe"):
             data = b"probe\0" + json.dumps(report).encode() + b"\0"
         else:
@@ -316,7 +315,7 @@ def _zygote_main(requests: int, replies: int, clone, slot_writers: list[int], se
         pid = clone()
         if pid == 0:
             request, workdir, uid, address_space = marshal.loads(payload)
-            _child(request, slot_writers[int.from_bytes(head[4:], "little")], workdir, uid, address_space)
+            _child(request, slot_writers[int.from_bytes(head[4:], "little")], workdir, uid, address_space, server)
         os.write(replies, pid.to_bytes(8, "little", signed=True))
 
 
@@ -392,7 +391,8 @@ class Server:
         self.netns, self.no_new_privs = netns, no_new_privs
         # a block of UIDS_PER_SERVER uids per server, picked by pid, so that runs of different
         # servers on one machine (several verifier actors) do not share a uid either
-        self.uid_base = uid_base + (os.getpid() % UID_BLOCKS) * UIDS_PER_SERVER
+        self.pid = os.getpid()
+        self.uid_base = uid_base + (self.pid % UID_BLOCKS) * UIDS_PER_SERVER
         self.root = os.getuid() == 0
         # tmpfs when there is one: a directory per execution costs microseconds there, milliseconds on disk
         scratch = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -461,7 +461,7 @@ class Server:
         if pid is None:
             pid = os.fork()
             if pid == 0:
-                _child(request, write_fd, workdir, uid, address_space)
+                _child(request, write_fd, workdir, uid, address_space, self.pid)
         pidfd = os.pidfd_open(pid)
         run = _Running(request, pid, pidfd, read_fd, workdir, slot, started, started + float(request["timeout_s"]))
         self.running[pidfd] = run
