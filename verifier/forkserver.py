@@ -468,16 +468,15 @@ class Server:
         self.selector.register(pidfd, selectors.EVENT_READ, ("exit", run))
         self.selector.register(read_fd, selectors.EVENT_READ, ("pipe", run))
 
-    def drain(self, run: _Running) -> bool:
-        """Read what the child wrote (up to a bound); False at end of file."""
+    def drain(self, run: _Running) -> None:
+        """Read what the child wrote so far (kept up to a bound). The slot's pipe never reaches end of
+        file (the server holds its write end for later runs); the child's exit ends the run."""
         limit = 12 * int(run.request["max_output_chars"]) + 4096
         while True:
             try:
                 chunk = os.read(run.read_fd, 65536)
             except BlockingIOError:
-                return True
-            if not chunk:
-                return False
+                return
             if run.size < limit:
                 run.chunks.append(chunk)
                 run.size += len(chunk)
@@ -494,8 +493,7 @@ class Server:
     def finish(self, run: _Running) -> None:
         self.kill(run)  # a zombie leader keeps its process-group id reserved, so this hits nothing else
         _, wait_status, usage = os.wait4(run.pid, 0)
-        if run.read_fd in self.selector.get_map():
-            self.selector.unregister(run.read_fd)
+        self.selector.unregister(run.read_fd)
         self.drain(run)  # the child is gone: this empties the slot's pipe for the next run
         self.selector.unregister(run.pidfd)
         os.close(run.pidfd)
@@ -588,8 +586,7 @@ class Server:
                 if kind == "stdin":
                     self.read_requests()
                 elif kind == "pipe" and run.pidfd in self.running:
-                    if not self.drain(run):
-                        self.selector.unregister(run.read_fd)
+                    self.drain(run)
                 elif kind == "exit" and run.pidfd in self.running:
                     self.finish(run)
             now = time.monotonic()
