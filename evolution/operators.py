@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 
 from evolution.adapter_slots import Adapter, Slot, check_same_layout, find_slots
-from evolution.thin_svd import factored_svds, roots_of_grams
+from evolution.thin_svd import OneSidedSVD, factored_svds, one_sided_svds, roots_of_grams
 
 NULL_SIGMA = 1e-6
 NORMAL_CHUNK = 1 << 16  # entries per normal_ call on CPU (256 KiB of float32)
@@ -355,46 +355,99 @@ def swap_slots(
 def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Generator | None = None) -> Child:
     """Best rank-r approximation (Eckart-Young) of w dW_a + (1 - w) dW_b, from the concatenated factors.
 
-    s (w B_a A_a + (1-w) B_b A_b) = s [B_a, B_b] diag(w I, (1-w) I) [A_a; A_b] has rank <= 2r; its thin SVD
-    truncated to the top r components gives the child. Per slot the report holds
-    ``truncation_error`` = ||sigma_{r+1..2r}|| / ||sigma|| (relative to the blend), ``relative_change_a``/``_b``
-    (to each parent) and ``relative_change`` = the smaller one. Deterministic: ``generator`` is unused.
+    s (w B_a A_a + (1-w) B_b A_b) = s [B_a, B_b] diag(w I, (1-w) I) [A_a; A_b] has rank <= 2r; its top r
+    components give the child. Per slot the report holds ``truncation_error`` = ||sigma_{r+1..2r}|| / ||sigma||
+    (relative to the blend), ``relative_change_a``/``_b`` (to each parent) and ``relative_change`` = the
+    smaller one. Deterministic: ``generator`` is unused.
+
+    Route: ``one_sided_svds`` (Cholesky root of the B Gram, eigendecomposition of K = R D G_A D R^T). A slot
+    whose kept sigma reach the null threshold (a parent of rank < r, e.g. B = 0) goes the two-sided
+    ``factored_svds`` route instead, which gives null components the unit A rows described in the module
+    docstring.
     """
     weight = check_strength("blend_svd", weight)
     slots = check_same_layout(a, b)
-    factors, report = {}, {}
+    factors: dict[str, torch.Tensor] = {}
+    report: dict[str, SlotReport] = {}
     with torch.no_grad():
-        pairs = []
+        pairs, products = [], []
         for slot in slots:
-            pairs.append((slot, a[slot.a_key].detach().float(), a[slot.b_key].detach().float(),
-                          b[slot.a_key].detach().float(), b[slot.b_key].detach().float()))
-        products = []
-        for _, a_a, b_a, a_b, b_b in pairs:
+            a_a, b_a = a[slot.a_key].detach().float(), a[slot.b_key].detach().float()
+            a_b, b_b = b[slot.a_key].detach().float(), b[slot.b_key].detach().float()
+            pairs.append((slot, a_a, b_a, a_b, b_b))
             ones = torch.ones(a_a.shape[0], dtype=torch.float64)
             products.append(([b_a, b_b], [a_a.mT, a_b.mT], torch.cat([weight * ones, (1 - weight) * ones])))
-        svds = factored_svds(products)
-        for (slot, a_a, b_a, a_b, b_b), svd in zip(pairs, svds):
+        svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs])
+        two_sided = []
+        for pair, svd in zip(pairs, svds):
+            slot, a_a, b_a, a_b, b_b = pair
             rank = a_a.shape[0]
             sigma = svd.sigma[:rank]
-            b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], rank)
-            left = _f32(svd.left[:, :rank] * b_scale[None, :])
-            right = _f32(svd.right[:, :rank] * a_scale[None, :])
+            if not float(sigma[-1]) > NULL_SIGMA * float(sigma[0]):
+                two_sided.append(pair)
+                continue
+            root = sigma.sqrt()
+            left = _f32(svd.left * root[None, :])
+            right = _f32(svd.right_t / root[:, None])
             factors[slot.b_key] = (b_a @ left[:rank]).addmm_(b_b, left[rank:])
-            factors[slot.a_key] = (right[:rank].mT @ a_a).addmm_(right[rank:].mT, a_b)
-            kept = sigma.where(b_scale > 0, torch.zeros_like(sigma))
-            child_core = (svd.core_u[:, :rank] * kept[None, :]) @ svd.core_v[:, :rank].mT
-            ones = torch.ones(rank, dtype=torch.float64, device=child_core.device)
-            changes = []
-            for mask in (torch.cat([ones, 0 * ones]), torch.cat([0 * ones, ones])):
-                parent_core = svd.core_of(mask, 1.0)
-                changes.append(_ratio(float(torch.linalg.matrix_norm(child_core - parent_core)), float(torch.linalg.matrix_norm(parent_core))))
-            report[slot.name] = {
-                "relative_change": min(changes),
-                "relative_change_a": changes[0],
-                "relative_change_b": changes[1],
-                "truncation_error": _ratio(float(torch.linalg.vector_norm(svd.sigma[rank:])), float(torch.linalg.vector_norm(svd.sigma))),
-            }
+            factors[slot.a_key] = (right[:, :rank] @ a_a).addmm_(right[:, rank:], a_b)
+            report[slot.name] = _blend_report_one_sided(svd, rank)
+        if two_sided:
+            _blend_two_sided(two_sided, weight, factors, report)
+    report = {slot.name: report[slot.name] for slot in slots}
     return Child(_finish(a, factors), "blend_svd", weight, report)
+
+
+def _blend_report_one_sided(svd: OneSidedSVD, rank: int) -> SlotReport:
+    """Truncation error and distances to the parents, in r-sized coordinates (``OneSidedSVD``).
+
+    The child is C = Q_x P R_x D Y^T with P = U_k U_k^T and parent p is Q_x R_x E_p Y^T (E_p keeps p's half), so
+    ||C - dW_p||^2 = sum_kept lambda - 2 tr(U_k^T N_p U_k) + ||dW_p||^2 with N_p = R_x E_p G_y D R_x^T = R_x E_p h
+    and ||dW_p||^2 = tr(R_p^T R_p G_y[p, p]) (R_p: p's columns of R_x).
+    """
+    lam = svd.sigma.square()
+    root = svd.x_root.root
+    kept_sq = float(lam[:rank].sum())
+    changes = []
+    for part in (slice(0, rank), slice(rank, 2 * rank)):
+        cross = float(((root[:, part] @ (svd.h[part] @ svd.lam_basis)) * svd.lam_basis).sum())
+        parent_sq = float(((root[:, part].mT @ root[:, part]) * svd.gram_y[part, part]).sum())
+        changes.append(_ratio(math.sqrt(max(kept_sq - 2 * cross + parent_sq, 0.0)), math.sqrt(max(parent_sq, 0.0))))
+    return {
+        "relative_change": min(changes),
+        "relative_change_a": changes[0],
+        "relative_change_b": changes[1],
+        "truncation_error": _ratio(math.sqrt(float(lam[rank:].sum())), math.sqrt(float(lam.sum()))),
+    }
+
+
+def _blend_two_sided(pairs: list, weight: float, factors: dict[str, torch.Tensor], report: dict[str, SlotReport]) -> None:
+    """``blend_svd`` for slots whose kept components include null ones: full thin SVD of the blend."""
+    products = []
+    for _, a_a, b_a, a_b, b_b in pairs:
+        ones = torch.ones(a_a.shape[0], dtype=torch.float64)
+        products.append(([b_a, b_b], [a_a.mT, a_b.mT], torch.cat([weight * ones, (1 - weight) * ones])))
+    for (slot, a_a, b_a, a_b, b_b), svd in zip(pairs, factored_svds(products)):
+        rank = a_a.shape[0]
+        sigma = svd.sigma[:rank]
+        b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], rank)
+        left = _f32(svd.left[:, :rank] * b_scale[None, :])
+        right = _f32(svd.right[:, :rank] * a_scale[None, :])
+        factors[slot.b_key] = (b_a @ left[:rank]).addmm_(b_b, left[rank:])
+        factors[slot.a_key] = (right[:rank].mT @ a_a).addmm_(right[rank:].mT, a_b)
+        kept = sigma.where(b_scale > 0, torch.zeros_like(sigma))
+        child_core = (svd.core_u[:, :rank] * kept[None, :]) @ svd.core_v[:, :rank].mT
+        ones = torch.ones(rank, dtype=torch.float64, device=child_core.device)
+        changes = []
+        for mask in (torch.cat([ones, 0 * ones]), torch.cat([0 * ones, ones])):
+            parent_core = svd.core_of(mask, 1.0)
+            changes.append(_ratio(float(torch.linalg.matrix_norm(child_core - parent_core)), float(torch.linalg.matrix_norm(parent_core))))
+        report[slot.name] = {
+            "relative_change": min(changes),
+            "relative_change_a": changes[0],
+            "relative_change_b": changes[1],
+            "truncation_error": _ratio(float(torch.linalg.vector_norm(svd.sigma[rank:])), float(torch.linalg.vector_norm(svd.sigma))),
+        }
 
 
 def clone(parent: Adapter, generator: torch.Generator | None = None) -> Child:

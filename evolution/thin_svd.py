@@ -72,15 +72,22 @@ def on_threads(fn: Callable[..., tuple[torch.Tensor, ...]], *batches: torch.Tens
     """``fn(*batches)`` for a batched LAPACK routine, the batch split over ``torch.get_num_threads()`` threads.
 
     On CPU torch factorises the matrices of a batch one after another on one thread (196 SVDs of 128 x 128 in
-    float64: 0.39 s); the chunks release the GIL, so two threads take about half that. CUDA and small
-    batches run as one call.
+    float64: 0.39 s); the chunks release the GIL, so two threads take about half that. torch's intra-op
+    thread count is 1 while they run and restored after. CUDA and small batches run as one call.
     """
-    workers = min(torch.get_num_threads(), batches[0].shape[0] // 4)
+    threads = torch.get_num_threads()
+    workers = min(threads, batches[0].shape[0] // 4)
     if batches[0].device.type != "cpu" or workers < 2:
         return fn(*batches)
     chunks = zip(*(b.tensor_split(workers) for b in batches))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        parts = list(pool.map(lambda chunk: fn(*chunk), chunks))
+    # one intra-op thread while the pool runs: otherwise MKL starts an OpenMP team inside every chunk, and on
+    # two cores four threads spin against each other (196 eighs of 128 x 128: 0.18 s -> 0.09 s)
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            parts = list(pool.map(lambda chunk: fn(*chunk), chunks))
+    finally:
+        torch.set_num_threads(threads)
     return tuple(torch.cat(outputs) for outputs in zip(*parts))
 
 
@@ -217,6 +224,66 @@ def factored_svds(products: Sequence[Product], scaling: float = 1.0) -> list[Fac
         right = torch.stack([y_roots[i].pinv for i in indices]) @ core_vh.mT
         for pos, i in enumerate(indices):
             result[i] = FactoredSVD(sigma[pos], left[pos], right[pos], core_u[pos], core_vh[pos].mT, x_roots[i], y_roots[i])
+    return result  # type: ignore[return-value]
+
+
+@dataclass
+class OneSidedSVD:
+    """Top ``k`` components of W = X D Y^T, from the Gram root of X and the plain Gram of Y (no root of Y).
+
+    W W^T = Q_x K Q_x^T with K = R_x D G_y D R_x^T = U_m diag(lambda) U_m^T, so
+
+        sigma = sqrt(lambda),   U = Q_x U_m = X R_x^+ U_m,   sigma V^T = U^T W = U_m^T R_x D Y^T.
+
+    ``left`` (m x k) gives U = X @ left, ``right_t`` (k x m) gives diag(sigma) V^T = right_t @ Y^T; ``sigma``
+    holds all m values (kept first), ``lam_basis`` the kept U_m, ``h`` = G_y D R_x^T (K = R_x D h), so inner
+    products with other products in the same spans stay r-sized (see ``blend_svd``).
+    """
+
+    sigma: torch.Tensor
+    left: torch.Tensor
+    right_t: torch.Tensor
+    lam_basis: torch.Tensor
+    h: torch.Tensor
+    x_root: GramRoot
+    gram_y: torch.Tensor
+
+
+def one_sided_svds(
+    products: Sequence[tuple[Sequence[torch.Tensor], Sequence[torch.Tensor], torch.Tensor]], keep: Sequence[int]
+) -> list[OneSidedSVD]:
+    """Top-``keep[i]`` SVD of each [out_blocks] diag(weights) [in_blocks]^T by one eigendecomposition of K.
+
+    Against ``factored_svds`` it skips the root of Y (Cholesky, kappa check, inverse) and swaps the m x m SVD
+    for a symmetric eigendecomposition (about half the time). The price is precision in the smallest kept
+    components: lambda = sigma^2 is resolved to eps64 lambda_max, so sigma_j to ~1e-8 sigma_max, and sigma V^T
+    carries the error of U_m scaled by sigma_max / sigma_j. Callers keep ``factored_svds`` for products whose
+    kept sigma fall near the null threshold, where a unit V row is needed.
+    """
+    x_roots = gram_roots([out for out, _, _ in products])
+    grams_y = [block_gram(inp, torch.float32) for _, inp, _ in products]
+    result: list[OneSidedSVD | None] = [None] * len(products)
+    groups: dict[tuple, list[int]] = {}
+    for i, gram in enumerate(grams_y):
+        groups.setdefault((tuple(gram.shape), gram.device, keep[i]), []).append(i)
+    for (_, _, kept), indices in groups.items():
+        gram_y = torch.stack([grams_y[i] for i in indices])
+        if not torch.isfinite(gram_y).all():
+            raise ValueError("LoRA factor holds NaN or Inf values")
+        weights = torch.stack([products[i][2].to(gram_y) for i in indices])
+        root = torch.stack([x_roots[i].root for i in indices])
+        pinv = torch.stack([x_roots[i].pinv for i in indices])
+        root_d = root * weights[:, None, :]
+        h = (gram_y * weights[:, None, :]) @ root.mT
+        core = root_d @ h
+        lam, vec = on_threads(torch.linalg.eigh, (core + core.mT) / 2)
+        lam, vec = lam.flip(-1).clamp_min(0), vec.flip(-1)
+        basis = vec[:, :, :kept]
+        left = pinv @ basis
+        right_t = basis.mT @ root_d
+        sigma = lam.sqrt()
+        for pos, i in enumerate(indices):
+            result[i] = OneSidedSVD(sigma[pos], left[pos], right_t[pos], basis[pos], h[pos], x_roots[i], gram_y[pos])
     return result  # type: ignore[return-value]
 
 
