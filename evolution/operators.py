@@ -378,7 +378,7 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
             ones = torch.ones(a_a.shape[0], dtype=torch.float64)
             products.append(([b_a, b_b], [a_a.mT, a_b.mT], torch.cat([weight * ones, (1 - weight) * ones])))
         svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs])
-        two_sided = []
+        two_sided, by_rank = [], {}
         for pair, svd in zip(pairs, svds):
             slot, a_a, b_a, a_b, b_b = pair
             rank = a_a.shape[0]
@@ -386,39 +386,44 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
             if not float(sigma[-1]) > NULL_SIGMA * float(sigma[0]):
                 two_sided.append(pair)
                 continue
-            root = sigma.sqrt()
-            left = _f32(svd.left * root[None, :])
-            right = _f32(svd.right_t / root[:, None])
+            left, right = svd.out_coef, svd.in_coef
             factors[slot.b_key] = (b_a @ left[:rank]).addmm_(b_b, left[rank:])
             factors[slot.a_key] = (right[:, :rank] @ a_a).addmm_(right[:, rank:], a_b)
-            report[slot.name] = _blend_report_one_sided(svd, rank)
+            by_rank.setdefault((rank, svd.sigma.device), []).append((slot.name, svd))
+        for (rank, _), named in by_rank.items():
+            reports = _blend_reports_one_sided([svd for _, svd in named], rank)
+            report.update(zip([name for name, _ in named], reports))
         if two_sided:
             _blend_two_sided(two_sided, weight, factors, report)
     report = {slot.name: report[slot.name] for slot in slots}
     return Child(_finish(a, factors), "blend_svd", weight, report)
 
 
-def _blend_report_one_sided(svd: OneSidedSVD, rank: int) -> SlotReport:
-    """Truncation error and distances to the parents, in r-sized coordinates (``OneSidedSVD``).
+def _blend_reports_one_sided(svds: list[OneSidedSVD], rank: int) -> list[SlotReport]:
+    """Truncation error and distances to the parents of slots of one rank, in r-sized coordinates, batched.
 
     The child is C = Q_x P R_x D Y^T with P = U_k U_k^T and parent p is Q_x R_x E_p Y^T (E_p keeps p's half), so
     ||C - dW_p||^2 = sum_kept lambda - 2 tr(U_k^T N_p U_k) + ||dW_p||^2 with N_p = R_x E_p G_y D R_x^T = R_x E_p h
     and ||dW_p||^2 = tr(R_p^T R_p G_y[p, p]) (R_p: p's columns of R_x).
     """
-    lam = svd.sigma.square()
-    root = svd.x_root.root
-    kept_sq = float(lam[:rank].sum())
+    lam = torch.stack([svd.sigma for svd in svds]).square()
+    root = torch.stack([svd.x_root.root for svd in svds])
+    h = torch.stack([svd.h for svd in svds])
+    basis = torch.stack([svd.basis for svd in svds])
+    gram_y = torch.stack([svd.gram_y for svd in svds])
+    kept_sq = lam[:, :rank].sum(1)
     changes = []
     for part in (slice(0, rank), slice(rank, 2 * rank)):
-        cross = float(((root[:, part] @ (svd.h[part] @ svd.lam_basis)) * svd.lam_basis).sum())
-        parent_sq = float(((root[:, part].mT @ root[:, part]) * svd.gram_y[part, part]).sum())
-        changes.append(_ratio(math.sqrt(max(kept_sq - 2 * cross + parent_sq, 0.0)), math.sqrt(max(parent_sq, 0.0))))
-    return {
-        "relative_change": min(changes),
-        "relative_change_a": changes[0],
-        "relative_change_b": changes[1],
-        "truncation_error": _ratio(math.sqrt(float(lam[rank:].sum())), math.sqrt(float(lam.sum()))),
-    }
+        cross = ((root[:, :, part] @ (h[:, part] @ basis)) * basis).sum((1, 2))
+        parent_sq = ((root[:, :, part].mT @ root[:, :, part]) * gram_y[:, part, part]).sum((1, 2)).clamp_min(0)
+        changes.append(zip((kept_sq - 2 * cross + parent_sq).clamp_min(0).sqrt().tolist(), parent_sq.sqrt().tolist()))
+    tails = zip(lam[:, rank:].sum(1).sqrt().tolist(), lam.sum(1).sqrt().tolist())
+    reports = []
+    for to_a, to_b, tail in zip(*changes, tails):
+        change_a, change_b = _ratio(*to_a), _ratio(*to_b)
+        reports.append({"relative_change": min(change_a, change_b), "relative_change_a": change_a,
+                        "relative_change_b": change_b, "truncation_error": _ratio(*tail)})
+    return reports
 
 
 def _blend_two_sided(pairs: list, weight: float, factors: dict[str, torch.Tensor], report: dict[str, SlotReport]) -> None:

@@ -98,6 +98,12 @@ def _group_by_shape(mats: Sequence[torch.Tensor]) -> dict[tuple, list[int]]:
     return groups
 
 
+def _check_finite(grams: torch.Tensor) -> None:
+    """Raise ValueError if a Gram holds NaN or Inf (one sum: NaN and Inf propagate, float64 cannot overflow here)."""
+    if not bool(torch.isfinite(grams.sum())):
+        raise ValueError("LoRA factor holds NaN or Inf values")
+
+
 def _kappa_squared(gram: torch.Tensor, inverse_root: torch.Tensor, iterations: int = 10) -> torch.Tensor:
     """Power-iteration estimate of kappa(X)^2 = lambda_max(G) * lambda_max(G^-1), G^-1 = R^-1 R^-T, batched.
 
@@ -156,13 +162,13 @@ def roots_of_grams(
     roots: list[GramRoot | None] = [None] * len(grams)
     for indices in _group_by_shape(grams).values():
         stacked = torch.stack([grams[i] for i in indices])
-        if not torch.isfinite(stacked).all():
-            raise ValueError("LoRA factor holds NaN or Inf values")
+        _check_finite(stacked)
         chol, info = torch.linalg.cholesky_ex(stacked)
         fast = info == 0
         root = chol.mT.clone()
         eye = torch.eye(root.shape[-1], dtype=root.dtype, device=root.device).expand_as(root)
-        pinv = torch.linalg.solve_triangular(torch.where(fast[:, None, None], root, eye), eye, upper=True)
+        invertible = root if bool(fast.all()) else torch.where(fast[:, None, None], root, eye)
+        pinv = torch.linalg.solve_triangular(invertible, eye, upper=True)
         if fast.any():
             kappa_sq = _kappa_squared(stacked, pinv).nan_to_num(nan=math.inf)
             fast &= FP32_EPS * KAPPA_MARGIN * kappa_sq <= ORTHONORMALITY_TOL
@@ -235,15 +241,16 @@ class OneSidedSVD:
 
         sigma = sqrt(lambda),   U = Q_x U_m = X R_x^+ U_m,   sigma V^T = U^T W = U_m^T R_x D Y^T.
 
-    ``left`` (m x k) gives U = X @ left, ``right_t`` (k x m) gives diag(sigma) V^T = right_t @ Y^T; ``sigma``
-    holds all m values (kept first), ``lam_basis`` the kept U_m, ``h`` = G_y D R_x^T (K = R_x D h), so inner
-    products with other products in the same spans stay r-sized (see ``blend_svd``).
+    The balanced factors of the top-k product come as float32 coefficients: X @ ``out_coef`` (m x k) =
+    U diag(sqrt(sigma)) and ``in_coef`` (k x m) @ Y^T = diag(sqrt(sigma)) V^T (zero rows where sigma = 0).
+    ``sigma`` holds all m values (kept first), ``basis`` the kept U_m, ``h`` = G_y D R_x^T (K = R_x D h), so
+    inner products with other products in the same spans stay r-sized (see ``blend_svd``).
     """
 
     sigma: torch.Tensor
-    left: torch.Tensor
-    right_t: torch.Tensor
-    lam_basis: torch.Tensor
+    out_coef: torch.Tensor
+    in_coef: torch.Tensor
+    basis: torch.Tensor
     h: torch.Tensor
     x_root: GramRoot
     gram_y: torch.Tensor
@@ -268,8 +275,7 @@ def one_sided_svds(
         groups.setdefault((tuple(gram.shape), gram.device, keep[i]), []).append(i)
     for (_, _, kept), indices in groups.items():
         gram_y = torch.stack([grams_y[i] for i in indices])
-        if not torch.isfinite(gram_y).all():
-            raise ValueError("LoRA factor holds NaN or Inf values")
+        _check_finite(gram_y)
         weights = torch.stack([products[i][2].to(gram_y) for i in indices])
         root = torch.stack([x_roots[i].root for i in indices])
         pinv = torch.stack([x_roots[i].pinv for i in indices])
@@ -279,11 +285,13 @@ def one_sided_svds(
         lam, vec = on_threads(torch.linalg.eigh, (core + core.mT) / 2)
         lam, vec = lam.flip(-1).clamp_min(0), vec.flip(-1)
         basis = vec[:, :, :kept]
-        left = pinv @ basis
-        right_t = basis.mT @ root_d
         sigma = lam.sqrt()
+        half = sigma[:, :kept].sqrt()
+        out_coef = ((pinv @ basis) * half[:, None, :]).to(torch.float32)
+        inverse = torch.where(half > 0, 1.0 / half.where(half > 0, torch.ones_like(half)), torch.zeros_like(half))
+        in_coef = ((basis.mT @ root_d) * inverse[:, :, None]).to(torch.float32)
         for pos, i in enumerate(indices):
-            result[i] = OneSidedSVD(sigma[pos], left[pos], right_t[pos], basis[pos], h[pos], x_roots[i], gram_y[pos])
+            result[i] = OneSidedSVD(sigma[pos], out_coef[pos], in_coef[pos], basis[pos], h[pos], x_roots[i], gram_y[pos])
     return result  # type: ignore[return-value]
 
 
