@@ -207,6 +207,47 @@ def test_blend_with_weight_one_is_the_first_parent(parent, other):
         assert child.report[slot]["truncation_error"] < 1e-6
 
 
+def test_blend_of_a_parent_with_itself_is_the_parent(parent):
+    # [B, B] has a singular Gram: its root takes the eigen route with the null half cut
+    child = CROSSOVERS["blend_svd"](parent, parent, weight=0.3)
+    for slot in slot_names(parent):
+        assert rel(delta(child.state_dict, slot), delta(parent, slot)) < 1e-5
+        assert child.report[slot]["truncation_error"] < 1e-6
+        assert child.report[slot]["relative_change"] < 1e-5
+
+
+def test_blend_of_low_rank_parents_takes_the_two_sided_route_where_needed(parent, other):
+    # in q_proj both parents have rank 1 (B keeps one column), so the rank-4 child has null components: their A
+    # rows must be unit directions at the parent's RMS row norm (trainable), while the other slots stay exact
+    low = "base_model.model.model.layers.0.self_attn.q_proj"
+    first, second = dict(parent), dict(other)
+    for adapter in (first, second):
+        b = adapter[f"{low}.lora_B.weight"].clone()
+        b[:, 1:] = 0
+        adapter[f"{low}.lora_B.weight"] = b
+    child = CROSSOVERS["blend_svd"](first, second, weight=0.6)
+    for slot in slot_names(parent):
+        target = 0.6 * delta(first, slot) + 0.4 * delta(second, slot)
+        u, s, vh = dense_svd(target, 4)
+        assert rel(delta(child.state_dict, slot), (u * s) @ vh) < 1e-5
+        to_a = rel(delta(child.state_dict, slot), delta(first, slot))
+        assert child.report[slot]["relative_change_a"] == pytest.approx(to_a, rel=1e-4)
+    a = child.state_dict[f"{low}.lora_A.weight"]
+    b = child.state_dict[f"{low}.lora_B.weight"]
+    assert torch.linalg.matrix_rank(a) == 4
+    assert int((b.norm(dim=0) > 0).sum()) == 2  # two live components, two null ones
+    assert child.report[low]["truncation_error"] < 1e-6
+
+
+def test_blend_of_fresh_adapters_stays_trainable():
+    fresh = [{k: (torch.zeros_like(v) if "lora_B" in k else v) for k, v in make_adapter(seed).items()} for seed in (7, 8)]
+    child = CROSSOVERS["blend_svd"](fresh[0], fresh[1], weight=0.5)
+    for slot in slot_names(fresh[0]):
+        assert torch.count_nonzero(child.state_dict[f"{slot}.lora_B.weight"]) == 0
+        assert torch.linalg.matrix_rank(child.state_dict[f"{slot}.lora_A.weight"]) == 4
+        assert child.report[slot]["relative_change"] == 0.0
+
+
 def test_bad_inputs_are_clear_errors(parent, other):
     with pytest.raises(ValueError, match="outside"):
         MUTATIONS["perturb_singular_values"](parent, strength=-0.1)
