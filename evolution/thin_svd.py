@@ -109,6 +109,8 @@ def _kappa_squared(gram: torch.Tensor, inverse_root: torch.Tensor, iterations: i
 
     An estimate from below (Rayleigh quotients), so callers keep a safety margin; deterministic start.
     """
+    # an estimate with a margin needs no float64: float32 halves the memory each of the 3 passes per step reads
+    gram, inverse_root = gram.float(), inverse_root.float()
     k = gram.shape[-1]
     start = 1.0 + 0.5 * torch.cos(torch.arange(k, dtype=gram.dtype, device=gram.device))
     x = start.expand(gram.shape[0], k).unsqueeze(-1).contiguous()
@@ -120,7 +122,7 @@ def _kappa_squared(gram: torch.Tensor, inverse_root: torch.Tensor, iterations: i
         y = y / y.norm(dim=1, keepdim=True)
     top = (x.mT @ gram @ x).flatten()
     inv_top = (inverse_root.mT @ y).square().sum((1, 2))
-    return top * inv_top
+    return (top * inv_top).double()
 
 
 def _eigen_roots(grams: torch.Tensor, exact_grams: Sequence[Callable[[], torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -282,10 +284,9 @@ def one_sided_svds(
         root_d = root * weights[:, None, :]
         h = (gram_y * weights[:, None, :]) @ root.mT
         core = root_d @ h
-        lam, vec = on_threads(torch.linalg.eigh, (core + core.mT) / 2)
-        lam, vec = lam.flip(-1).clamp_min(0), vec.flip(-1)
-        basis = vec[:, :, :kept]
-        sigma = lam.sqrt()
+        lam, vec = on_threads(torch.linalg.eigh, core)  # eigh reads one triangle: no symmetrising pass needed
+        sigma = lam.flip(-1).clamp_min(0).sqrt()
+        basis = vec[:, :, -kept:].flip(-1) if kept else vec[:, :, :0]
         half = sigma[:, :kept].sqrt()
         out_coef = ((pinv @ basis) * half[:, None, :]).to(torch.float32)
         inverse = torch.where(half > 0, 1.0 / half.where(half > 0, torch.ones_like(half)), torch.zeros_like(half))
