@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 
 from evolution.adapter_slots import Adapter, Slot, check_same_layout, find_slots
-from evolution.thin_svd import OneSidedSVD, factored_svds, one_sided_svds, roots_of_grams
+from evolution.thin_svd import OneSidedSVD, factored_svds, one_sided_svds, roots_of_grams, tall_inner, tall_times
 
 NULL_SIGMA = 1e-6
 NORMAL_CHUNK = 1 << 16  # entries per normal_ call on CPU (256 KiB of float32)
@@ -150,7 +150,7 @@ def perturb_singular_values(parent: Adapter, strength: float = 0.1, generator: t
             z = _randn((a.shape[0],), generator, svd.sigma.device, torch.float64)
             sigma = svd.sigma * torch.exp(strength * z)
             b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], a.shape[0])
-            factors[slot.b_key] = b @ _f32(svd.left * b_scale[None, :])
+            factors[slot.b_key] = tall_times([(b, _f32(svd.left * b_scale[None, :]))])
             factors[slot.a_key] = _f32(svd.right * a_scale[None, :]).mT @ a
             change = _ratio(float(torch.linalg.vector_norm(sigma - svd.sigma)), float(torch.linalg.vector_norm(svd.sigma)))
             report[slot.name] = {"relative_change": change}
@@ -233,9 +233,9 @@ def rotate_subspace(
         # formed: W0 = G - tall @ proj with proj = coef H, H = coef^T tall^T G, and W0^T W0 = G^T G - H^T H.
         projs, grams, exact = [], [], []
         for (tall, coef, _), g in zip(directions, gaussians):
-            h = coef.mT @ (tall.mT @ g).double()
+            h = coef.mT @ tall_inner(tall, g).double()
             projs.append(coef @ h)
-            grams.append((g.mT @ g).double() - h.mT @ h)
+            grams.append(tall_inner(g, g).double() - h.mT @ h)
             exact.append(lambda tall=tall, coef=coef, g=g: _outside_span_gram(tall.double(), coef, g.double()))
         roots = roots_of_grams(grams, [[g.shape[1]] for g in gaussians], exact)
         for (slot, a, b), svd, (slot_side, sides, k, moved, slot_dirs) in zip(items, svds, plans):
@@ -258,11 +258,13 @@ def rotate_subspace(
                 mix_b = torch.zeros(k, rank, dtype=torch.float64, device=svd.sigma.device)
                 mix_b[:, moved] = roots[i].pinv * (b_scale[moved] * sin)[None, :]
                 to_b = to_b - projs[i] @ mix_b
-            new_a, new_b = _f32(to_a) @ a, b @ _f32(to_b)
+            new_a = _f32(to_a) @ a
             if mix_a is not None:
                 new_a.addmm_(_f32(mix_a), gaussians[slot_dirs["input"]].mT)
+            b_terms = [(b, _f32(to_b))]
             if mix_b is not None:
-                new_b.addmm_(gaussians[slot_dirs["output"]], _f32(mix_b))
+                b_terms.append((gaussians[slot_dirs["output"]], _f32(mix_b)))
+            new_b = tall_times(b_terms)
             factors[slot.a_key], factors[slot.b_key] = new_a, new_b
             per_component = 2 * sin**2 if len(sides) == 2 else 2 * (1 - cos)
             sq = svd.sigma.square()
@@ -283,7 +285,7 @@ def gaussian_noise(parent: Adapter, strength: float = 0.1, generator: torch.Gene
     with torch.no_grad():
         items = _each_slot(parent)
         device = items[0][1].device if items else torch.device("cpu")
-        own = [(b.mT @ b, a @ a.mT) for _, a, b in items]
+        own = [(tall_inner(b, b), a @ a.mT) for _, a, b in items]
         stds = []
         for (_, a, b), (gram_b, gram_a) in zip(items, own):
             for gram, factor in ((gram_a, a), (gram_b, b)):
@@ -312,8 +314,8 @@ def gaussian_noise(parent: Adapter, strength: float = 0.1, generator: torch.Gene
 
 def _with_noise_gram(gram: torch.Tensor, tall: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """[X, N]^T [X, N] in float64, given X^T X (X, N: d x r)."""
-    cross = tall.mT @ noise
-    return torch.cat([torch.cat([gram, cross], 1), torch.cat([cross.mT, noise.mT @ noise], 1)]).double()
+    cross = tall_inner(tall, noise)
+    return torch.cat([torch.cat([gram, cross], 1), torch.cat([cross.mT, tall_inner(noise, noise)], 1)]).double()
 
 
 # --------------------------------------------------------------------------------------------- crossovers
@@ -387,7 +389,7 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
                 two_sided.append(pair)
                 continue
             left, right = svd.out_coef, svd.in_coef
-            factors[slot.b_key] = (b_a @ left[:rank]).addmm_(b_b, left[rank:])
+            factors[slot.b_key] = tall_times([(b_a, left[:rank]), (b_b, left[rank:])])
             factors[slot.a_key] = (right[:, :rank] @ a_a).addmm_(right[:, rank:], a_b)
             by_rank.setdefault((rank, svd.sigma.device), []).append((slot.name, svd))
         for (rank, _), named in by_rank.items():
@@ -438,7 +440,7 @@ def _blend_two_sided(pairs: list, weight: float, factors: dict[str, torch.Tensor
         b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], rank)
         left = _f32(svd.left[:, :rank] * b_scale[None, :])
         right = _f32(svd.right[:, :rank] * a_scale[None, :])
-        factors[slot.b_key] = (b_a @ left[:rank]).addmm_(b_b, left[rank:])
+        factors[slot.b_key] = tall_times([(b_a, left[:rank]), (b_b, left[rank:])])
         factors[slot.a_key] = (right[:rank].mT @ a_a).addmm_(right[rank:].mT, a_b)
         kept = sigma.where(b_scale > 0, torch.zeros_like(sigma))
         child_core = (svd.core_u[:, :rank] * kept[None, :]) @ svd.core_v[:, :rank].mT

@@ -52,6 +52,50 @@ class GramRoot:
     block_sq_norms: list[float]
 
 
+ROW_BLOCK = 512  # rows per batch entry of ``tall_inner`` and ``tall_times``
+
+
+def tall_inner(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """X^T Y for tall X (d x p), Y (d x q), as a sum over blocks of ``ROW_BLOCK`` rows on CPU.
+
+    Same products, reorganised for MKL: one batched call on (d / 512) blocks of 512 x 64 runs ~20% faster
+    than one (64 x d) @ (d x 64) product on two cores (196 vs 164 GFLOP/s, operands from memory), which
+    packs both whole operands first. Only for row-major (contiguous) operands on CPU; otherwise, and for
+    the remainder rows, one plain product.
+    """
+    main = x.shape[0] - x.shape[0] % ROW_BLOCK
+    if x.device.type != "cpu" or main < 2 * ROW_BLOCK or not (x.is_contiguous() and y.is_contiguous()):
+        return x.mT @ y
+    out = torch.bmm(x[:main].view(-1, ROW_BLOCK, x.shape[1]).mT, y[:main].view(-1, ROW_BLOCK, y.shape[1])).sum(0)
+    if main < x.shape[0]:
+        out += x[main:].mT @ y[main:]
+    return out
+
+
+def tall_times(terms: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """sum_i X_i @ M_i for tall X_i (d x p_i) and small M_i (p_i x q), batched over blocks of ``ROW_BLOCK`` rows
+    on CPU like ``tall_inner`` (~13% faster there for 64-wide factors); the first product writes, the others
+    accumulate in place."""
+    (x, m), rest = terms[0], terms[1:]
+    main = x.shape[0] - x.shape[0] % ROW_BLOCK
+    if x.device.type != "cpu" or main < 2 * ROW_BLOCK or not all(t.is_contiguous() for t, _ in terms):
+        out = x @ m
+        for t, n in rest:
+            out.addmm_(t, n)
+        return out
+    blocks = main // ROW_BLOCK
+    out = torch.empty(x.shape[0], m.shape[1], dtype=x.dtype, device=x.device)
+    head = out[:main].view(blocks, ROW_BLOCK, m.shape[1])
+    torch.bmm(x[:main].view(blocks, ROW_BLOCK, -1), m.expand(blocks, *m.shape), out=head)
+    for t, n in rest:
+        head.baddbmm_(t[:main].view(blocks, ROW_BLOCK, -1), n.expand(blocks, *n.shape))
+    if main < x.shape[0]:
+        tail = torch.mm(x[main:], m, out=out[main:])
+        for t, n in rest:
+            tail.addmm_(t[main:], n)
+    return out
+
+
 def block_gram(blocks: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     """[X_1, ..., X_m]^T [X_1, ..., X_m] in float64, multiplied in ``dtype`` block by block (no concatenation)."""
     cast = [x.to(dtype) for x in blocks]
@@ -60,7 +104,7 @@ def block_gram(blocks: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tens
         row = []
         for j, y in enumerate(cast):
             # only the upper blocks are multiplied; the lower ones are their transposes
-            row.append(x.mT @ y if j >= i else None)
+            row.append(tall_inner(x, y) if j >= i else None)
         rows.append(row)
     for i in range(len(cast)):
         for j in range(i):

@@ -10,7 +10,7 @@ from evolution_adapters import dense_svd, principal_cosines
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evolution.thin_svd import balanced_factors, factored_svd, householder_svd, thin_svd
+from evolution.thin_svd import balanced_factors, factored_svd, householder_svd, tall_inner, tall_times, thin_svd
 
 
 def factors(seed: int, rank: int, d_out: int, d_in: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,3 +90,14 @@ def test_nan_factor_is_a_clear_error():
     b[0, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN or Inf"):
         thin_svd(a, b)
+
+
+@pytest.mark.parametrize("rows", [2048, 2048 + 300, 700])
+def test_row_blocked_products_equal_the_plain_ones(rows):
+    gen = torch.Generator().manual_seed(rows)
+    x, y = torch.randn(rows, 16, generator=gen), torch.randn(rows, 8, generator=gen)
+    m, n = torch.randn(16, 5, generator=gen), torch.randn(8, 5, generator=gen)
+    assert torch.allclose(tall_inner(x, y), x.mT @ y, rtol=1e-5, atol=1e-3)
+    assert torch.allclose(tall_times([(x, m), (y, n)]), x @ m + y @ n, rtol=1e-5, atol=1e-4)
+    strided = torch.randn(16, rows, generator=gen).mT  # not row-major: the plain product
+    assert torch.allclose(tall_inner(strided, x), strided.mT @ x, rtol=1e-5, atol=1e-3)
