@@ -381,12 +381,12 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
             products.append(([b_a, b_b], [a_a.mT, a_b.mT], torch.cat([weight * ones, (1 - weight) * ones])))
         svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs])
         two_sided, by_rank = [], {}
-        for pair, svd in zip(pairs, svds):
+        for pair, product, svd in zip(pairs, products, svds):
             slot, a_a, b_a, a_b, b_b = pair
             rank = a_a.shape[0]
             sigma = svd.sigma[:rank]
             if not float(sigma[-1]) > NULL_SIGMA * float(sigma[0]):
-                two_sided.append(pair)
+                two_sided.append((pair, product))
                 continue
             left, right = svd.out_coef, svd.in_coef
             factors[slot.b_key] = tall_times([(b_a, left[:rank]), (b_b, left[rank:])])
@@ -396,7 +396,7 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
             reports = _blend_reports_one_sided([svd for _, svd in named], rank)
             report.update(zip([name for name, _ in named], reports))
         if two_sided:
-            _blend_two_sided(two_sided, weight, factors, report)
+            _blend_two_sided(two_sided, factors, report)
     report = {slot.name: report[slot.name] for slot in slots}
     return Child(_finish(a, factors), "blend_svd", weight, report)
 
@@ -428,13 +428,12 @@ def _blend_reports_one_sided(svds: list[OneSidedSVD], rank: int) -> list[SlotRep
     return reports
 
 
-def _blend_two_sided(pairs: list, weight: float, factors: dict[str, torch.Tensor], report: dict[str, SlotReport]) -> None:
-    """``blend_svd`` for slots whose kept components include null ones: full thin SVD of the blend."""
-    products = []
-    for _, a_a, b_a, a_b, b_b in pairs:
-        ones = torch.ones(a_a.shape[0], dtype=torch.float64)
-        products.append(([b_a, b_b], [a_a.mT, a_b.mT], torch.cat([weight * ones, (1 - weight) * ones])))
-    for (slot, a_a, b_a, a_b, b_b), svd in zip(pairs, factored_svds(products)):
+def _blend_two_sided(slots: list, factors: dict[str, torch.Tensor], report: dict[str, SlotReport]) -> None:
+    """``blend_svd`` for slots whose kept components include null ones: full thin SVD of the blend.
+
+    ``slots``: ((slot, A_a, B_a, A_b, B_b), blend product) pairs as ``blend_svd`` built them."""
+    svds = factored_svds([product for _, product in slots])
+    for ((slot, a_a, b_a, a_b, b_b), _), svd in zip(slots, svds):
         rank = a_a.shape[0]
         sigma = svd.sigma[:rank]
         b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], rank)
