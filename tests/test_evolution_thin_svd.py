@@ -92,12 +92,13 @@ def test_nan_factor_is_a_clear_error():
         thin_svd(a, b)
 
 
-@pytest.mark.parametrize("rows", [2048, 2048 + 300, 700])
+@pytest.mark.parametrize("rows", [1024, 2048 + 300])  # whole 512-row blocks only, and a remainder
 def test_row_blocked_products_equal_the_plain_ones(rows):
     gen = torch.Generator().manual_seed(rows)
     x, y = torch.randn(rows, 16, generator=gen), torch.randn(rows, 8, generator=gen)
     m, n = torch.randn(16, 5, generator=gen), torch.randn(8, 5, generator=gen)
     assert torch.allclose(tall_inner(x, y), x.mT @ y, rtol=1e-5, atol=1e-3)
     assert torch.allclose(tall_times([(x, m), (y, n)]), x @ m + y @ n, rtol=1e-5, atol=1e-4)
-    strided = torch.randn(16, rows, generator=gen).mT  # not row-major: the plain product
-    assert torch.allclose(tall_inner(strided, x), strided.mT @ x, rtol=1e-5, atol=1e-3)
+    # a column-major operand takes the plain product; it must agree with the blocked one on a row-major copy
+    strided = torch.randn(16, rows, generator=gen).mT
+    assert torch.allclose(tall_inner(strided, x), tall_inner(strided.contiguous(), x), rtol=1e-5, atol=1e-3)
