@@ -36,6 +36,7 @@ class LearnerActor:
             torch.set_num_threads(max(1, int(os.environ.get("POPULORA_LEARNER_THREADS", "1"))))
         torch.manual_seed(seed)
         self.slots = {member: i for i, member in enumerate(members)}
+        self.advantage_baseline = rl["advantage_baseline"]
         self.versions = {member: 0 for member in members}
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.base_dir = base_dir = materialise_base(model_path, getattr(torch, dtype))
@@ -83,10 +84,11 @@ class LearnerActor:
 
     def train(self, samples: list[Any]) -> dict[str, dict[str, float]]:
         """One update of every owned member present in ``samples`` (rollouts.Sample); stats per member id."""
+        from actors.rollouts import advantage_group
         from learners.batching import Sample
 
         batch = [
-            Sample(self.slots[s.member], s.prompt_ids, s.completion_ids, s.reward, (s.role, s.family))
+            Sample(self.slots[s.member], s.prompt_ids, s.completion_ids, s.reward, advantage_group(s, self.advantage_baseline))
             for s in samples if s.completion_ids and s.member in self.slots
         ]
         if not batch:

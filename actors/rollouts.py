@@ -10,6 +10,7 @@ The loop (``actors.loop``) calls these between the actor calls:
   -1 invalid, 0 when rho = 0, else 1 - rho (single agent: AZR's learnability, 1 - rho for
   0 < rho < 1, else 0); student correct / wrong / malformed.
 - :class:`Sample`: one completion with its reward, for the learner of its member.
+- :func:`advantage_group`: the key its reward is whitened within (``rl.advantage_baseline``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Sample:
     logprobs: list[float]
     reward: float
     adapter_version: int | None = None
+    task: int | None = None  # students: the index of the proposal this rollout answers, within its step
 
 
 @dataclass
@@ -59,6 +61,17 @@ class SolveJob:
     student: str
     prompt: str
     generations: list[Any] = field(default_factory=list)
+
+
+def advantage_group(sample: Sample, baseline: str) -> tuple:
+    """The whitening group of ``sample`` besides its member: ``(role, family)`` (AZR's Task-Relative
+    REINFORCE++), or with ``baseline == "task"`` a student rollout's ``(role, family, task)``, so each
+    task's rollouts are compared with each other only (GRPO's per-prompt baseline)."""
+    if baseline not in ("family", "task"):
+        raise ValueError(f"advantage baseline must be 'family' or 'task', got {baseline!r}")
+    if baseline == "task" and sample.task is not None:
+        return (sample.role, sample.family, sample.task)
+    return (sample.role, sample.family)
 
 
 def proposal_jobs(
@@ -131,7 +144,7 @@ def student_samples(solves: Sequence[SolveJob], judgements: Sequence[Sequence[An
         Sample(s.student, "student", s.task.family, g.prompt_token_ids, g.token_ids, g.logprobs,
                student_reward(v.correct, v.well_formed, wrong=rewards.student_wrong,
                               malformed=rewards.student_malformed, correct_reward=rewards.student_correct),
-               g.adapter_version)
+               g.adapter_version, task=s.proposal)
         for s, verdicts in zip(solves, judgements)
         for g, v in zip(s.generations, verdicts)
     ]

@@ -1,7 +1,8 @@
 """Does the RL learn? Train the tiny population and the tiny single agent for the same steps, and
 measure the students on a fixed held-out probe set of tasks that neither run ever sees.
 
-    python bench/learning.py [--steps 20] [--samples 4] [--probes 60] [--variant default] [key=value ...]
+    python bench/learning.py [--steps 20] [--samples 4] [--probes 60] [--variant default] [--keep DIR] [key=value ...]
+    python bench/learning.py --score-only --keep DIR [...]     # score the runs kept in DIR again
 
 The probe tasks come from the tiny model's own program generator with a seed that neither the model's
 training corpus nor its seed tasks use, their outputs computed by the verifier; probe programs that
@@ -60,13 +61,16 @@ def probe_tasks(model_dir: Path, count: int, n_inputs: int, verifier: Verifier) 
 
 
 def solve_rate(engine, adapter: str | None, tasks: list, samples: int, temperature: float, max_tokens: int,
-               verifier: Verifier) -> float:
+               verifier: Verifier) -> tuple[float, dict[str, float]]:
+    """The fraction of answers judged correct, overall and per task family."""
     requests = [GenerationRequest(adapter, student_prompt(t), temperature=temperature, max_tokens=max_tokens, n=samples,
                                   seed=1000 + 64 * i)
                 for i, t in enumerate(tasks)]
     outputs = engine.generate(requests)
+    answered = [t for t, gens in zip(tasks, outputs) for _ in gens]
     verdicts = judge_answers(verifier, [(t, g.text) for t, gens in zip(tasks, outputs) for g in gens])
-    return fmean(float(v.correct) for v in verdicts)
+    families = {t.family: [float(v.correct) for a, v in zip(answered, verdicts) if a.family == t.family] for t in tasks}
+    return fmean(float(v.correct) for v in verdicts), {f: round(fmean(c), 4) for f, c in sorted(families.items())}
 
 
 def train(config: str, run_dir: Path, steps: int, variant: str, overrides: list[str]) -> float:
@@ -102,8 +106,12 @@ def main() -> None:
     parser.add_argument("--probes", type=int, default=60)
     parser.add_argument("--variant", default="default", choices=("default", "test"))
     parser.add_argument("--keep", type=Path, default=None, help="keep the two run directories under this folder")
+    parser.add_argument("--score-only", action="store_true",
+                        help="score the runs already under --keep (no training; pass the overrides they ran with)")
     parser.add_argument("overrides", nargs="*", help="config overrides (key=value) applied to both runs")
     args = parser.parse_args()
+    if args.score_only and args.keep is None:
+        parser.error("--score-only needs --keep DIR (the folder of an earlier run)")
     run = load_config(ROOT / "configs" / "tiny.yaml", args.overrides).inference
 
     model_dir = ensure_model(args.variant)
@@ -113,19 +121,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="populora-learning-") as tmp:
         runs = args.keep or Path(tmp)
         pop_dir, single_dir = runs / "population", runs / "single"
-        pop_seconds = train("configs/tiny.yaml", pop_dir, args.steps, args.variant, args.overrides)
-        single_seconds = train("configs/tiny-single.yaml", single_dir, args.steps, args.variant, args.overrides)
+        if args.score_only:
+            pop_seconds = single_seconds = 0.0
+        else:
+            pop_seconds = train("configs/tiny.yaml", pop_dir, args.steps, args.variant, args.overrides)
+            single_seconds = train("configs/tiny-single.yaml", single_dir, args.steps, args.variant, args.overrides)
         pop_students, single_students = final_students(pop_dir), final_students(single_dir)
 
         rank = json.loads(next(iter(pop_students.values())).joinpath("adapter_config.json").read_text())["r"]
         engine = make_engine("hf", model_dir, max_adapters=len(pop_students) + len(single_students), max_lora_rank=rank)
-        start = solve_rate(engine, None, probes, args.samples, run.temperature, run.max_tokens, verifier)
+        start, start_families = solve_rate(engine, None, probes, args.samples, run.temperature, run.max_tokens, verifier)
         log(f"probe solve rate at the start (untrained adapters = base): {start:.3f}")
-        ends = {}
+        ends, end_families = {}, {}
         for version, (member, path) in enumerate({**{f"pop-{k}": v for k, v in pop_students.items()},
                                                   **{f"single-{k}": v for k, v in single_students.items()}}.items()):
             engine.load_adapter(member, path, version + 1)
-            ends[member] = solve_rate(engine, member, probes, args.samples, run.temperature, run.max_tokens, verifier)
+            ends[member], end_families[member] = solve_rate(engine, member, probes, args.samples, run.temperature,
+                                                            run.max_tokens, verifier)
             log(f"probe solve rate of {member} after {args.steps} steps: {ends[member]:.3f}")
         pop_end = fmean(v for k, v in ends.items() if k.startswith("pop-"))
         single_end = fmean(v for k, v in ends.items() if k.startswith("single-"))
@@ -141,6 +153,7 @@ def main() -> None:
             "single_probe_solve_end": round(single_end, 4),
             "improvement": round(pop_end - start, 4),
             "single_improvement": round(single_end - start, 4),
+            "probe_solve_per_family": {"start": start_families, **end_families},
             "population": trajectory(pop_dir),
             "single": trajectory(single_dir),
             "population_minutes": round(pop_seconds / 60, 2),

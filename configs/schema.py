@@ -110,6 +110,11 @@ class RLConfig(Section):
     )
     weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW weight decay.")
     clip_epsilon: float = Field(0.2, gt=0, le=1.0, description="PPO ratio clip, used when epochs > 1.")
+    advantage_baseline: Literal["family", "task"] = Field(
+        "family",
+        description="Whitening groups of the rewards: 'family' per (member, role, task family), AZR's Task-Relative "
+        "REINFORCE++; 'task' also per task for the students' rollouts (GRPO's per-prompt baseline; teachers keep 'family').",
+    )
     kl_coef: float = Field(0.0, ge=0, le=10, description="Coefficient of the KL to the frozen base (adapter-off rows).")
     entropy_coef: float = Field(0.0, ge=0, le=1.0, description="Entropy bonus coefficient.")
     grad_clip: float = Field(1.0, gt=0, le=1000, description="Per-adapter gradient-norm clip.")

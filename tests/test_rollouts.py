@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from actors.engines.requests import Generation
+import pytest
+
 from actors.rollouts import (
     ProposalJob,
+    Sample,
     SolveJob,
+    advantage_group,
     proposal_jobs,
     reference_counts,
     solve_rates,
@@ -13,6 +17,7 @@ from actors.rollouts import (
     teacher_samples,
 )
 from configs.schema import RewardsConfig
+from learners.pg_loss import group_normalised_advantages
 from verifier.families import Judgement
 from verifier.tasks import identity_task
 
@@ -54,3 +59,21 @@ def test_rho_and_rewards_population_and_single_agent():
     students = student_samples(solves, verdicts, rewards)
     assert [s.reward for s in students] == [-0.5, -0.5, 1.0, -1.0, 1.0, 1.0]
     assert all(s.prompt_ids == [1, 2, 3] and s.adapter_version == 3 and s.role == "student" for s in students)
+    assert [s.task for s in students] == [s.proposal for s in solves for _ in range(2)]
+
+
+def test_advantage_groups_per_family_or_per_task():
+    """'task' compares a task's rollouts with each other: a task all rollouts solve carries no signal,
+    where the family-wide whitening would reward every one of them."""
+    rollouts = [Sample("s0", "student", "code_o", [1], [5], [-0.1], r, task=t) for t, r in ((0, 1.0), (0, 1.0), (1, 1.0), (1, -0.5))]
+    proposer = Sample("t0", "teacher", "code_o", [1], [5], [-0.1], 0.5)
+    assert {advantage_group(s, "family") for s in rollouts} == {("student", "code_o")}
+    assert [advantage_group(s, "task") for s in rollouts] == [("student", "code_o", 0)] * 2 + [("student", "code_o", 1)] * 2
+    assert advantage_group(proposer, "task") == ("teacher", "code_o")
+    with pytest.raises(ValueError, match="baseline"):
+        advantage_group(proposer, "prompt")
+    rewards = [s.reward for s in rollouts]
+    per_task = group_normalised_advantages(rewards, [advantage_group(s, "task") for s in rollouts], [1] * 4)
+    per_family = group_normalised_advantages(rewards, [advantage_group(s, "family") for s in rollouts], [1] * 4)
+    assert per_task[:2].tolist() == [0.0, 0.0] and per_task[2] > 0 > per_task[3]
+    assert per_family[0] > 0 and per_family[1] > 0
