@@ -46,18 +46,24 @@ def log(message: str) -> None:
     print(f"[learning] {message}", file=sys.stderr, flush=True)
 
 
-def probe_tasks(model_dir: Path, count: int, n_inputs: int, verifier: Verifier) -> list:
-    """``count`` held-out tasks, families in rotation, from a generator seed no training data uses."""
-    seen = {t.program for t in load_seed_file(model_dir / "tasks.jsonl")} if (model_dir / "tasks.jsonl").is_file() else set()
-    corpus = build_corpus(verifier, CorpusSettings(programs=count * 3, inputs_per_program=n_inputs, min_inputs=n_inputs), PROBE_SEED)
-    corpus = [item for item in corpus if item.program.source not in seen]
-    random.Random(PROBE_SEED).shuffle(corpus)
+def generator_tasks(verifier: Verifier, count: int, n_inputs: int, seed: int, exclude: set[str], oversample: int = 3) -> list:
+    """``count`` tasks, families in rotation, from the tiny model's program generator with ``seed``,
+    leaving out the programs in ``exclude`` (``oversample * count`` programs are drawn to have enough)."""
+    corpus = build_corpus(verifier, CorpusSettings(programs=count * oversample, inputs_per_program=n_inputs, min_inputs=n_inputs), seed)
+    corpus = [item for item in corpus if item.program.source not in exclude]
+    random.Random(seed).shuffle(corpus)
     families = ("code_o", "code_i", "code_f")
     tasks = []
     for i, item in enumerate(corpus[:count]):
         family = families[i % 3]
         tasks.append(f_task(item, n_inputs) if family == "code_f" else io_task(family, item))
     return tasks
+
+
+def probe_tasks(model_dir: Path, count: int, n_inputs: int, verifier: Verifier) -> list:
+    """``count`` held-out tasks from a generator seed no training data uses, none of the model's seed tasks."""
+    seen = {t.program for t in load_seed_file(model_dir / "tasks.jsonl")} if (model_dir / "tasks.jsonl").is_file() else set()
+    return generator_tasks(verifier, count, n_inputs, PROBE_SEED, seen)
 
 
 def solve_rate(engine, adapter: str | None, tasks: list, samples: int, temperature: float, max_tokens: int,

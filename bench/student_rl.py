@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from actors.engines import make_engine  # noqa: E402
 from actors.engines.requests import GenerationRequest  # noqa: E402
-from bench.learning import probe_tasks, solve_rate  # noqa: E402
+from bench.learning import generator_tasks, probe_tasks, solve_rate  # noqa: E402
 from configs.loading import load_config  # noqa: E402
 from learners.adapter_optim import AdapterOptimizers  # noqa: E402
 from learners.batching import Sample  # noqa: E402
@@ -41,28 +40,16 @@ from learners.multi_lora import LoRASpec, MultiLoRAModel  # noqa: E402
 from learners.pg_loss import PGConfig  # noqa: E402
 from learners.policy_learner import PolicyLearner, UpdateConfig  # noqa: E402
 from tinycoder import ensure_model  # noqa: E402
-from tinycoder.corpus import CorpusSettings, build_corpus  # noqa: E402
-from tinycoder.examples import f_task, io_task  # noqa: E402
 from verifier import Verifier  # noqa: E402
 from verifier.families import judge_answers  # noqa: E402
 from verifier.prompts import student_prompt  # noqa: E402
 from verifier.rewards import student_reward  # noqa: E402
 
 TRAIN_SEED = 424_242  # neither the model's corpus, its seed tasks nor the probes use it
-FAMILIES = ("code_o", "code_i", "code_f")
 
 
 def log(message: str) -> None:
     print(f"[student-rl] {message}", file=sys.stderr, flush=True)
-
-
-def training_tasks(verifier: Verifier, count: int, n_inputs: int, exclude: set[str]) -> list:
-    corpus = build_corpus(verifier, CorpusSettings(programs=2 * count, inputs_per_program=n_inputs, min_inputs=n_inputs),
-                          TRAIN_SEED)
-    corpus = [item for item in corpus if item.program.source not in exclude]
-    random.Random(TRAIN_SEED).shuffle(corpus)
-    return [f_task(item, n_inputs) if FAMILIES[i % 3] == "code_f" else io_task(FAMILIES[i % 3], item)
-            for i, item in enumerate(corpus[:count])]
 
 
 def main() -> None:
@@ -84,7 +71,8 @@ def main() -> None:
     model_dir = args.model or ensure_model("default")
     verifier = Verifier()
     probes = probe_tasks(model_dir, args.probes, n_inputs, verifier)
-    tasks = training_tasks(verifier, args.tasks * (1 if args.fixed else args.steps), n_inputs, {t.program for t in probes})
+    tasks = generator_tasks(verifier, args.tasks * (1 if args.fixed else args.steps), n_inputs, TRAIN_SEED,
+                            {t.program for t in probes}, oversample=2)
     log(f"{len(probes)} probe tasks, {len(tasks)} training tasks")
 
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from actors.engines.requests import Generation
 import pytest
 
+from actors.engines.requests import Generation
 from actors.rollouts import (
     ProposalJob,
     Sample,
