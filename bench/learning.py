@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 from statistics import fmean
 
@@ -73,10 +74,12 @@ def solve_rate(engine, adapter: str | None, tasks: list, samples: int, temperatu
                                   seed=1000 + 64 * i)
                 for i, t in enumerate(tasks)]
     outputs = engine.generate(requests)
-    answered = [t for t, gens in zip(tasks, outputs) for _ in gens]
-    verdicts = judge_answers(verifier, [(t, g.text) for t, gens in zip(tasks, outputs) for g in gens])
-    families = {t.family: [float(v.correct) for a, v in zip(answered, verdicts) if a.family == t.family] for t in tasks}
-    return fmean(float(v.correct) for v in verdicts), {f: round(fmean(c), 4) for f, c in sorted(families.items())}
+    answers = [(t, g.text) for t, gens in zip(tasks, outputs) for g in gens]
+    families: dict[str, list[float]] = defaultdict(list)
+    for (task, _), verdict in zip(answers, judge_answers(verifier, answers)):
+        families[task.family].append(float(verdict.correct))
+    overall = fmean(c for scores in families.values() for c in scores)
+    return overall, {f: round(fmean(scores), 4) for f, scores in sorted(families.items())}
 
 
 def train(config: str, run_dir: Path, steps: int, variant: str, overrides: list[str]) -> float:

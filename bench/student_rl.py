@@ -32,6 +32,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from actors.engines import make_engine  # noqa: E402
 from actors.engines.requests import GenerationRequest  # noqa: E402
+from actors.rollouts import SolveJob, advantage_group, student_samples  # noqa: E402
 from bench.learning import generator_tasks, probe_tasks, solve_rate  # noqa: E402
 from configs.loading import load_config  # noqa: E402
 from learners.adapter_optim import AdapterOptimizers  # noqa: E402
@@ -43,7 +44,6 @@ from tinycoder import ensure_model  # noqa: E402
 from verifier import Verifier  # noqa: E402
 from verifier.families import judge_answers  # noqa: E402
 from verifier.prompts import student_prompt  # noqa: E402
-from verifier.rewards import student_reward  # noqa: E402
 
 TRAIN_SEED = 424_242  # neither the model's corpus, its seed tasks nor the probes use it
 
@@ -83,7 +83,6 @@ def main() -> None:
     start, start_families = solve_rate(engine, None, probes, args.samples, temperature, max_tokens, verifier)
     log(f"probe solve rate at the start: {start:.3f}")
 
-    rewards = cfg.rewards
     train_rates, started = [], time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="populora-student-rl-") as adapter_dir:
         for step in range(args.steps):
@@ -94,15 +93,12 @@ def main() -> None:
                 GenerationRequest("student", student_prompt(t), temperature=temperature, max_tokens=max_tokens,
                                   n=args.rollouts, seed=1_000_000 + step * 1000 + i)
                 for i, t in enumerate(batch)])
-            answers = [(i, t, g) for i, (t, gens) in enumerate(zip(batch, outputs)) for g in gens]
-            verdicts = judge_answers(verifier, [(t, g.text) for _, t, g in answers])
-            samples = [
-                Sample(0, g.prompt_token_ids, g.token_ids,
-                       student_reward(v.correct, v.well_formed, wrong=rewards.student_wrong,
-                                      malformed=rewards.student_malformed, correct_reward=rewards.student_correct),
-                       ("student", t.family, i))
-                for (i, t, g), v in zip(answers, verdicts) if g.token_ids
-            ]
+            # the system's own glue: rewards per rollout, and each task's rollouts whitened together
+            solves = [SolveJob(t, i, "student", student_prompt(t), gens) for i, (t, gens) in enumerate(zip(batch, outputs))]
+            verdicts = judge_answers(verifier, [(s.task, g.text) for s in solves for g in s.generations])
+            per_job = [verdicts[i * args.rollouts:(i + 1) * args.rollouts] for i in range(len(solves))]
+            samples = [Sample(0, s.prompt_ids, s.completion_ids, s.reward, advantage_group(s, "task"))
+                       for s in student_samples(solves, per_job, cfg.rewards) if s.completion_ids]
             stats = learner.step(samples)[0]
             train_rates.append(round(fmean(float(v.correct) for v in verdicts), 4))
             log(f"step {step + 1}: training solve rate {train_rates[-1]:.3f}, KL {stats['kl']:.4f}")

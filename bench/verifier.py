@@ -11,7 +11,6 @@ The baseline is slow, so by default it runs on a subset of the tasks and its rat
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import random

@@ -382,15 +382,12 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
         svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs])
         two_sided, by_rank = [], {}
         for pair, product, svd in zip(pairs, products, svds):
-            slot, a_a, b_a, a_b, b_b = pair
-            rank = a_a.shape[0]
+            slot, rank = pair[0], pair[1].shape[0]
             sigma = svd.sigma[:rank]
             if not float(sigma[-1]) > NULL_SIGMA * float(sigma[0]):
                 two_sided.append((pair, product))
                 continue
-            left, right = svd.out_coef, svd.in_coef
-            factors[slot.b_key] = tall_times([(b_a, left[:rank]), (b_b, left[rank:])])
-            factors[slot.a_key] = (right[:, :rank] @ a_a).addmm_(right[:, rank:], a_b)
+            _write_blend(factors, pair, svd.out_coef, svd.in_coef)
             by_rank.setdefault((rank, svd.sigma.device), []).append((slot.name, svd))
         for (rank, _), named in by_rank.items():
             reports = _blend_reports_one_sided([svd for _, svd in named], rank)
@@ -399,6 +396,14 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
             _blend_two_sided(two_sided, factors, report)
     report = {slot.name: report[slot.name] for slot in slots}
     return Child(_finish(a, factors), "blend_svd", weight, report)
+
+
+def _write_blend(factors: dict[str, torch.Tensor], pair: tuple, left: torch.Tensor, right: torch.Tensor) -> None:
+    """Child factors from the parents': B = [B_a, B_b] ``left`` (2r x r), A = ``right`` [A_a; A_b] (``right``: r x 2r)."""
+    slot, a_a, b_a, a_b, b_b = pair
+    rank = a_a.shape[0]
+    factors[slot.b_key] = tall_times([(b_a, left[:rank]), (b_b, left[rank:])])
+    factors[slot.a_key] = (right[:, :rank] @ a_a).addmm_(right[:, rank:], a_b)
 
 
 def _blend_reports_one_sided(svds: list[OneSidedSVD], rank: int) -> list[SlotReport]:
@@ -433,14 +438,11 @@ def _blend_two_sided(slots: list, factors: dict[str, torch.Tensor], report: dict
 
     ``slots``: ((slot, A_a, B_a, A_b, B_b), blend product) pairs as ``blend_svd`` built them."""
     svds = factored_svds([product for _, product in slots])
-    for ((slot, a_a, b_a, a_b, b_b), _), svd in zip(slots, svds):
-        rank = a_a.shape[0]
+    for (pair, _), svd in zip(slots, svds):
+        slot, rank = pair[0], pair[1].shape[0]
         sigma = svd.sigma[:rank]
         b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], rank)
-        left = _f32(svd.left[:, :rank] * b_scale[None, :])
-        right = _f32(svd.right[:, :rank] * a_scale[None, :])
-        factors[slot.b_key] = tall_times([(b_a, left[:rank]), (b_b, left[rank:])])
-        factors[slot.a_key] = (right[:rank].mT @ a_a).addmm_(right[rank:].mT, a_b)
+        _write_blend(factors, pair, _f32(svd.left[:, :rank] * b_scale[None, :]), _f32(svd.right[:, :rank] * a_scale[None, :]).mT)
         kept = sigma.where(b_scale > 0, torch.zeros_like(sigma))
         child_core = (svd.core_u[:, :rank] * kept[None, :]) @ svd.core_v[:, :rank].mT
         ones = torch.ones(rank, dtype=torch.float64, device=child_core.device)
