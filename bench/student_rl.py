@@ -60,12 +60,15 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--kl", type=float, default=0.1, help="KL coefficient to the base")
     parser.add_argument("--fixed", action="store_true", help="train on the same tasks every step")
+    parser.add_argument("--eval-every", type=int, default=0, help="also score the probes every N steps (0: only at the end)")
     parser.add_argument("--probes", type=int, default=120)
     parser.add_argument("--samples", type=int, default=4, help="answers per probe task")
+    parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: configs/tiny.yaml's)")
     parser.add_argument("--model", type=Path, default=None, help="model directory (default: the tiny default model)")
     args = parser.parse_args()
     cfg = load_config(ROOT / "configs" / "tiny.yaml")
     temperature, max_tokens, n_inputs = cfg.inference.temperature, cfg.inference.max_tokens, cfg.tasks.code_f_inputs
+    temperature = temperature if args.temperature is None else args.temperature
     torch.manual_seed(0)
 
     model_dir = args.model or ensure_model("default")
@@ -83,7 +86,7 @@ def main() -> None:
     start, start_families = solve_rate(engine, None, probes, args.samples, temperature, max_tokens, verifier)
     log(f"probe solve rate at the start: {start:.3f}")
 
-    train_rates, started = [], time.perf_counter()
+    train_rates, curve, started = [], {}, time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="populora-student-rl-") as adapter_dir:
         for step in range(args.steps):
             learner.save_adapter(0, adapter_dir)
@@ -102,6 +105,11 @@ def main() -> None:
             stats = learner.step(samples)[0]
             train_rates.append(round(fmean(float(v.correct) for v in verdicts), 4))
             log(f"step {step + 1}: training solve rate {train_rates[-1]:.3f}, KL {stats['kl']:.4f}")
+            if args.eval_every and (step + 1) % args.eval_every == 0 and step + 1 < args.steps:
+                learner.save_adapter(0, adapter_dir)
+                engine.load_adapter("student", adapter_dir, step + 1)
+                curve[step + 1] = round(solve_rate(engine, "student", probes, args.samples, temperature, max_tokens, verifier)[0], 4)
+                log(f"probe solve rate after {step + 1} steps: {curve[step + 1]:.3f}")
         learner.save_adapter(0, adapter_dir)
         engine.load_adapter("student", adapter_dir, args.steps)
     train_seconds = time.perf_counter() - started
@@ -112,7 +120,7 @@ def main() -> None:
         "steps": args.steps, "tasks_per_step": args.tasks, "rollouts": args.rollouts, "learning_rate": args.lr,
         "kl_coef": args.kl, "fixed_tasks": args.fixed, "probe_tasks": len(probes), "samples_per_task": args.samples,
         "temperature": temperature, "probe_solve_start": round(start, 4), "probe_solve_end": round(end, 4),
-        "improvement": round(end - start, 4),
+        "improvement": round(end - start, 4), "probe_solve_curve": {0: round(start, 4), **curve, args.steps: round(end, 4)},
         "probe_solve_per_family": {"start": start_families, "end": end_families},
         "training_solve_rate": train_rates, "train_minutes": round(train_seconds / 60, 2),
     }))

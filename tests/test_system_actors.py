@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 import ray
 from ray.cluster_utils import Cluster
 from ray.util.state import list_actors

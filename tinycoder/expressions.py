@@ -297,7 +297,6 @@ class Expressions:
         return self._pick(options)
 
     def _dict(self, scope: Scope, depth: int) -> tuple[str, int]:
-        rng = self.rng
         var = self.var(scope, DICT)
         options: list[Production] = [(1, lambda: ("{}", ATOM)), (6 if var else 0, lambda: (var, ATOM))]
         if depth > 0:
