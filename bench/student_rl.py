@@ -1,6 +1,7 @@
 """How far can RL move the tiny model's students at all? The reference point for ``bench/learning.py``.
 
     python bench/student_rl.py [--steps 20] [--tasks 12] [--rollouts 8] [--lr 2e-3] [--kl 0.1] [--fixed]
+                               [--temperature T] [--eval-every N]
 
 One student adapter, no teachers, no league, no Ray: each step it answers ``--tasks`` fresh tasks drawn
 from the tiny model's own program generator (the distribution the probes come from, with a seed of
