@@ -1,7 +1,7 @@
 """Does the RL learn? Train the tiny population and the tiny single agent for the same steps, and
 measure the students on a fixed held-out probe set of tasks that neither run ever sees.
 
-    python bench/learning.py [--steps 20] [--samples 4] [--probes 60] [--variant default] [--keep DIR] [key=value ...]
+    python bench/learning.py [--steps 20] [--samples 4] [--probes 120] [--variant default] [--keep DIR] [key=value ...]
     python bench/learning.py --score-only --keep DIR [...]     # score the runs kept in DIR again
 
 The probe tasks come from the tiny model's own program generator with a seed that neither the model's
@@ -112,7 +112,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--samples", type=int, default=4, help="answers per probe task and student")
-    parser.add_argument("--probes", type=int, default=60)
+    parser.add_argument("--probes", type=int, default=120, help="held-out probe tasks")
     parser.add_argument("--variant", default="default", choices=("default", "test"))
     parser.add_argument("--keep", type=Path, default=None, help="keep the two run directories under this folder")
     parser.add_argument("--score-only", action="store_true",
