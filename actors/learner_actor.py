@@ -29,7 +29,7 @@ class LearnerActor:
         from learners.adapter_optim import AdapterOptimizers
         from learners.multi_lora import LoRASpec, MultiLoRAModel
         from learners.pg_loss import PGConfig
-        from learners.policy_learner import PolicyLearner, UpdateConfig
+        from learners.policy_learner import PolicyLearner, UpdateConfig, resolve_activation_checkpointing
         from learners.shared_base import CudaBaseOwner, build_on_tensors, map_base, map_cuda_base, materialise_base
 
         if not ray.get_gpu_ids():
@@ -56,7 +56,10 @@ class LearnerActor:
         self.learner = PolicyLearner(
             self.model, optimizers,
             PGConfig(clip_epsilon=rl["clip_epsilon"], kl_coef=rl["kl_coef"], entropy_coef=rl["entropy_coef"]),
-            UpdateConfig(epochs=rl["epochs"], micro_batch_tokens=rl["micro_batch_tokens"], temperature=temperature),
+            UpdateConfig(epochs=rl["epochs"], micro_batch_tokens=rl["micro_batch_tokens"], temperature=temperature,
+                         activation_checkpointing=resolve_activation_checkpointing(
+                             rl["activation_checkpointing"], "cuda" if ray.get_gpu_ids() else "cpu"),
+                         logit_chunk_tokens=rl["logit_chunk_tokens"]),
             pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0,
         )
 

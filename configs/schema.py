@@ -120,6 +120,16 @@ class RLConfig(Section):
     grad_clip: float = Field(1.0, gt=0, le=1000, description="Per-adapter gradient-norm clip.")
     epochs: int = Field(1, ge=1, le=16, description="Optimizer passes over each step's samples.")
     micro_batch_tokens: int = Field(8192, ge=256, le=1_000_000, description="Token budget of one forward/backward.")
+    activation_checkpointing: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Checkpoint every decoder layer of the learners' policy pass (keep layer inputs, recompute in "
+        "backward): 'on', 'off', or 'auto' (decided by the memory plan; on for GPU learners until it exists).",
+    )
+    logit_chunk_tokens: int = Field(
+        1024, ge=0, le=1_000_000,
+        description="Loss tokens per chunk of the LM head and log-softmax in the learners (at most one chunk of "
+        "vocabulary-wide logits alive, forward and backward); 0 computes all loss tokens of a micro-batch at once.",
+    )
 
 
 class LeagueConfig(Section):

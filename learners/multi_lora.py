@@ -13,6 +13,15 @@ The routing (one adapter index per row, or per token for packed rows) is held by
 :class:`AdapterRouter` shared by all wrapped layers of a model, so it is set once per batch and stays
 fixed through KV-cached generation (the batch dimension does not change between decode steps).
 
+The LoRA branch runs in the dtype of its input (the base's compute dtype): with a bfloat16 base,
+x A^T and (.) B^T are bfloat16 matmuls on bfloat16 casts of the float32 master factors, and autograd
+returns float32 gradients to the masters through the cast, so no float32 copy of an activation is
+kept. With a float32 base the casts are no-ops and the arithmetic is exactly float32.
+
+Activation checkpointing (:meth:`MultiLoRAModel.set_activation_checkpointing`) runs each decoder layer
+under ``torch.utils.checkpoint`` (non-reentrant) whenever autograd records: only the layer's inputs
+are kept, and its activations are recomputed in backward with the routing of the forward pass.
+
 Two kernels, chosen per router (``bench/learner.py`` measures them):
 - ``"grouped"``: order the adapter tokens by slot (no copy when the batch is already sorted by adapter),
   two small matmuls per slot on contiguous slices, concatenate, add back (``index_add`` when reordered).
@@ -26,11 +35,13 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Literal, Sequence
+from functools import partial
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 NO_ADAPTER = -1
 """Adapter index of a row (or token) that uses no adapter: the frozen base model."""
@@ -68,6 +79,16 @@ class LoRASpec:
 
 
 @dataclass(frozen=True)
+class RoutingState:
+    """One routing of an :class:`AdapterRouter`: the index and the plans cached for it (never mutated after
+    the router moves on, so a checkpointed layer can replay exactly the routing of its forward pass)."""
+
+    index: torch.Tensor | None
+    plans: dict
+    row_slots: dict
+
+
+@dataclass(frozen=True)
 class TokenPlan:
     """Adapter tokens in slot order: ``segments`` = (slot, start, stop) into that order; ``order`` = their flat
     positions in the input, or None when that order is the identity over every token."""
@@ -93,6 +114,27 @@ class AdapterRouter:
         self._plans: dict[tuple, TokenPlan] = {}
         self._row_slots: dict[torch.device, tuple[list[int], torch.Tensor]] = {}
 
+    def state(self) -> RoutingState:
+        """The current routing (index and its cached plans), to replay later with :meth:`replay`."""
+        return RoutingState(self._index, self._plans, self._row_slots)
+
+    @contextmanager
+    def replay(self, state: RoutingState) -> Iterator[None]:
+        """Route with ``state`` inside (no plan recomputed), then restore the routing found on entry.
+
+        Activation checkpointing recomputes a layer in backward; this makes the recompute see the routing
+        of the forward even if the index was set to something else in between.
+        """
+        if state.index is self._index:
+            yield
+            return
+        current = self.state()
+        self._index, self._plans, self._row_slots = state.index, state.plans, state.row_slots
+        try:
+            yield
+        finally:
+            self._index, self._plans, self._row_slots = current.index, current.plans, current.row_slots
+
     @property
     def index(self) -> torch.Tensor | None:
         """The current index (on CPU, int64), or None when unset."""
@@ -100,8 +142,9 @@ class AdapterRouter:
 
     def set(self, index: torch.Tensor | Sequence[int] | Sequence[Sequence[int]] | None) -> None:
         """Route the next forward passes: one slot per row (``[B]``) or per token (``[B, T]``); None clears."""
-        self._plans.clear()
-        self._row_slots.clear()
+        # New containers, not clear(): a RoutingState taken before keeps its own plans.
+        self._plans = {}
+        self._row_slots = {}
         if index is None:
             self._index = None
             return
@@ -181,8 +224,9 @@ class MultiLoRALinear(nn.Module):
     """A frozen ``nn.Linear`` plus ``num_slots`` LoRA adapters; each row/token uses the slot its router gives.
 
     ``lora_A[a]`` has shape (r, d_in), ``lora_B[a]`` (d_out, r), the layout of PEFT's ``lora_A.weight`` /
-    ``lora_B.weight``. The LoRA path runs in the adapters' dtype (float32 by default) and its result is
-    cast to the base output dtype.
+    ``lora_B.weight``. The factors are master weights in ``dtype`` (float32 by default); the LoRA path
+    runs in the input's dtype on casts of them (no-ops when the dtypes agree), so a bfloat16 base keeps
+    bfloat16 activations while the optimizer sees float32 gradients.
     """
 
     def __init__(
@@ -228,15 +272,16 @@ class MultiLoRALinear(nn.Module):
             return out
         flat_x = x.reshape(-1, x.shape[-1])
         xs = flat_x if plan.order is None else flat_x.index_select(0, plan.order)
-        xs = xs.to(self.lora_A[0].dtype)
         # One small matmul pair per slot on a contiguous chunk, concatenated: a constant number of
         # full-size passes per layer whatever the number of slots (in-place adds into views would clone
         # the output gradient once per slot in backward).
         # torch.split, not slicing: its backward is one concatenation, a slice's is a zero-filled
         # full-size tensor per slot.
         chunks = xs.split([stop - start for _, start, stop in plan.segments]) if len(plan.segments) > 1 else (xs,)
+        # .to(x.dtype): a bfloat16 view of the float32 master for a bfloat16 base (its backward casts the
+        # gradient back to float32); the identity when the dtypes agree.
         deltas = [
-            F.linear(F.linear(chunk, self.lora_A[slot]) * self.scaling, self.lora_B[slot])
+            F.linear(F.linear(chunk, self.lora_A[slot].to(xs.dtype)) * self.scaling, self.lora_B[slot].to(xs.dtype))
             for chunk, (slot, _, _) in zip(chunks, plan.segments)
         ]
         delta = (deltas[0] if len(deltas) == 1 else torch.cat(deltas)).to(out.dtype)
@@ -251,12 +296,31 @@ class MultiLoRALinear(nn.Module):
         # One zero slot at the end for NO_ADAPTER rows; only present slots join the graph.
         a_all = torch.stack([self.lora_A[s] for s in present] + [self.lora_A[present[0]].new_zeros(self.lora_A[0].shape)])
         b_all = torch.stack([self.lora_B[s] for s in present] + [self.lora_B[present[0]].new_zeros(self.lora_B[0].shape)])
-        xr = x.reshape(x.shape[0], -1, x.shape[-1]).to(a_all.dtype)
+        a_all, b_all = a_all.to(x.dtype), b_all.to(x.dtype)
+        xr = x.reshape(x.shape[0], -1, x.shape[-1])
         delta = torch.bmm(torch.bmm(xr, a_all[rows].transpose(1, 2)), b_all[rows].transpose(1, 2))
         return out + (delta * self.scaling).to(out.dtype).view_as(out)
 
     def extra_repr(self) -> str:
         return f"slots={self.spec.num_slots}, rank={self.spec.rank}, scaling={self.scaling:g}"
+
+
+def _checkpointed_forward(forward: Callable[..., Any], router: AdapterRouter, *args: Any, **kwargs: Any) -> Any:
+    """A decoder layer's ``forward`` under non-reentrant ``torch.utils.checkpoint`` while autograd records.
+
+    Only the layer's inputs stay alive; its activations are recomputed in backward, replaying the routing
+    of this forward pass (:meth:`AdapterRouter.replay`). Without grad (no-grad passes, generation) the
+    layer runs as is.
+    """
+    if not torch.is_grad_enabled():
+        return forward(*args, **kwargs)
+    routing = router.state()
+
+    def run(*a: Any, **k: Any) -> Any:
+        with router.replay(routing):
+            return forward(*a, **k)
+
+    return checkpoint(run, *args, use_reentrant=False, **kwargs)
 
 
 class MultiLoRAModel(nn.Module):
@@ -310,6 +374,28 @@ class MultiLoRAModel(nn.Module):
         found = {p.rsplit(".", 1)[-1] for p in self.lora_layers}
         if found != targets:
             raise ValueError(f"target modules {sorted(targets - found)} are not in the model")
+        self.activation_checkpointing = False
+
+    def decoder_layers(self) -> nn.ModuleList:
+        """The wrapped model's decoder layers (``base_model.layers`` of Qwen2 / Llama)."""
+        layers = getattr(self.model.base_model, "layers", None)
+        if not isinstance(layers, nn.ModuleList):
+            raise TypeError(f"{type(self.model).__name__} has no base_model.layers ModuleList to checkpoint")
+        return layers
+
+    def set_activation_checkpointing(self, enabled: bool) -> None:
+        """Checkpoint every decoder layer (non-reentrant) in passes that record autograd, or stop doing so.
+
+        Per layer only its input hidden states are kept between forward and backward; backward recomputes
+        the layer's activations (one layer at a time) with the routing of the forward pass. Module paths,
+        parameters and results are unchanged (the recompute is the same arithmetic).
+        """
+        for layer in self.decoder_layers():
+            if enabled and "forward" not in vars(layer):
+                layer.forward = partial(_checkpointed_forward, type(layer).forward.__get__(layer), self.router)
+            elif not enabled and "forward" in vars(layer):
+                del layer.forward
+        self.activation_checkpointing = enabled
 
     @property
     def config(self):
