@@ -1,9 +1,11 @@
 """The inference actor: a thin Ray shell over one engine (vLLM or transformers) serving every adapter.
 
-Learners send a new adapter version as the bytes of its PEFT files; the actor writes them to a
-temporary directory on its own node and the engine copies them into its versioned, RAM-backed store
-and swaps them in (vLLM: ``add_lora(..., load_inplace=True)``), so learner and engine need not share
-a file system.
+A new adapter version arrives as the files of its PEFT directory: the driver passes each replica the
+same object-store reference that the adapter's learner put once (``LearnerActor.export``), Ray resolves
+it in this process (on the learner's node a read-only, zero-copy view of the shared-memory object;
+elsewhere one pull per node), and the actor writes the files to a directory on its own RAM-backed file
+system, which the engine adopts into its versioned store (a rename, no copy) and swaps in (vLLM:
+``add_lora(..., load_inplace=True)``). Learner and engine need not share a file system.
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import ray
+from typing_extensions import Buffer
+
+from actors.engines.adapter_store import ram_backed_root, write_adapter_dir
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +40,7 @@ class InferenceActor:
         self.engine = make_engine(backend, model_path, max_adapters=max_adapters, max_lora_rank=max_lora_rank,
                                   dtype=dtype, engine_args=engine_args or None, max_model_len=max_model_len,
                                   seed=seed, **hf_options)
-        self._tmp = Path(tempfile.mkdtemp(prefix="populora-incoming-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+        self._tmp = Path(tempfile.mkdtemp(prefix="populora-incoming-", dir=ram_backed_root()))  # the store's file system
 
     def __repr__(self) -> str:
         return "InferenceActor(inference)"
@@ -45,17 +51,13 @@ class InferenceActor:
     def generate(self, requests: list[Any]) -> list[list[Any]]:
         return self.engine.generate(requests)
 
-    def load_adapter_files(self, name: str, files: dict[str, bytes], version: int) -> None:
-        incoming = self._tmp / f"{name}-v{version}"
-        incoming.mkdir(parents=True, exist_ok=True)
-        for filename, data in files.items():
-            (incoming / filename).write_bytes(data)
+    def load_adapter_files(self, name: str, files: Mapping[str, Buffer], version: int) -> None:
+        """Make ``version`` of adapter ``name`` live from its PEFT files (file name -> bytes or numpy view)."""
+        incoming = write_adapter_dir(files, self._tmp / f"{name}-v{version}")
         try:
-            self.engine.load_adapter(name, incoming, version)
+            self.engine.load_adapter(name, incoming, version, move=True)
         finally:
-            for file in incoming.iterdir():
-                file.unlink()
-            incoming.rmdir()
+            shutil.rmtree(incoming, ignore_errors=True)  # gone already unless the load failed
 
     def remove_adapter(self, name: str) -> None:
         self.engine.remove_adapter(name)

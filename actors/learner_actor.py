@@ -9,10 +9,8 @@ re-labels the victim's slot with the child's id.
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -102,15 +100,25 @@ class LearnerActor:
             self.versions[by_slot[slot]] += 1
         return {by_slot[slot]: {k: round(v, 6) for k, v in st.items()} for slot, st in stats.items()}
 
-    def export(self, members: list[str] | None = None) -> dict[str, tuple[int, dict[str, bytes]]]:
-        """PEFT files of each member (all owned ones by default) with its current version."""
+    def export(self, members: list[str] | None = None, dtype: str = "float32") -> dict[str, tuple[int, list[ray.ObjectRef]]]:
+        """Publish each member (all owned ones by default): its PEFT files in ``dtype`` (the serving dtype,
+        the engine's ``model.dtype``) put once into the object store, as read-only numpy views.
+
+        Returns member -> (version, [ref]). The ref sits in a list so Ray hands it to the caller unresolved:
+        the driver receives references only and passes the same one to every engine replica.
+        """
+        import numpy as np
+        import torch
+
+        from learners.peft_io import adapter_files
+
         out = {}
         for member in members if members is not None else list(self.slots):
             if member not in self.slots:
                 continue
-            with tempfile.TemporaryDirectory(prefix="populora-export-") as tmp:
-                self.learner.save_adapter(self.slots[member], tmp)
-                out[member] = (self.versions[member], {p.name: p.read_bytes() for p in Path(tmp).iterdir()})
+            files = adapter_files(self.model, self.slots[member], getattr(torch, dtype))
+            payload = {name: np.frombuffer(data, dtype=np.uint8) for name, data in files.items()}
+            out[member] = (self.versions[member], [ray.put(payload)])
         return out
 
     def state_dict(self, member: str) -> dict[str, Any]:
@@ -130,33 +138,39 @@ class LearnerActor:
         self.slots[child] = slot
         self.versions[child] = 0
 
-    def checkpoint_files(self) -> dict[str, bytes]:
-        """Relative path -> bytes: ``adapters/<member>/`` PEFT directories, optimizer states, RNG, slot table."""
+    def checkpoint(self, checkpoint_dir: str, token: str, subdir: str) -> list[str]:
+        """Write this learner's state into ``checkpoint_dir/subdir`` (the driver's temporary checkpoint
+        directory, which ``token`` proves this process sees): ``adapters/<member>/`` PEFT directories
+        (float32 master weights), optimizer states, torch RNG, slot table; synced. Returns the relative
+        paths written."""
         import torch
 
-        files: dict[str, bytes] = {}
-        for member, (version, peft_files) in self.export().items():
-            for name, data in peft_files.items():
-                files[f"adapters/{member}/{name}"] = data
-        buffer = io.BytesIO()
-        torch.save(self.learner.optimizers.state_dict(), buffer)
-        files["optimizers.pt"] = buffer.getvalue()
-        rng = io.BytesIO()
-        torch.save(torch.get_rng_state(), rng)
-        files["torch_rng.pt"] = rng.getvalue()
-        files["slots.json"] = json.dumps({"slots": self.slots, "versions": self.versions}).encode()
-        return files
+        from actors.run_dir import check_checkpoint_dir, fsync_tree
 
-    def restore_files(self, files: dict[str, bytes]) -> None:
+        check_checkpoint_dir(Path(checkpoint_dir), token, repr(self))
+        root = Path(checkpoint_dir) / subdir
+        root.mkdir(parents=True, exist_ok=True)
+        for member, slot in self.slots.items():
+            self.learner.save_adapter(slot, root / "adapters" / member)
+        torch.save(self.learner.optimizers.state_dict(), root / "optimizers.pt")
+        torch.save(torch.get_rng_state(), root / "torch_rng.pt")
+        (root / "slots.json").write_text(json.dumps({"slots": self.slots, "versions": self.versions}))
+        fsync_tree(root)
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+    def restore(self, checkpoint_dir: str, token: str, subdir: str) -> None:
+        """Load the state ``checkpoint`` wrote into ``checkpoint_dir/subdir``."""
         import torch
 
-        table = json.loads(files["slots.json"])
+        from actors.run_dir import check_checkpoint_dir
+
+        check_checkpoint_dir(Path(checkpoint_dir), token, repr(self))
+        root = Path(checkpoint_dir) / subdir
+        if not (root / "slots.json").is_file():
+            raise FileNotFoundError(f"{root}/slots.json not found: the checkpoint holds no state for {self!r}")
+        table = json.loads((root / "slots.json").read_text())
         self.slots, self.versions = table["slots"], table["versions"]
         for member, slot in self.slots.items():
-            with tempfile.TemporaryDirectory(prefix="populora-restore-") as tmp:
-                for key, data in files.items():
-                    if key.startswith(f"adapters/{member}/"):
-                        (Path(tmp) / key.rsplit("/", 1)[1]).write_bytes(data)
-                self.learner.load_adapter(slot, tmp)
-        self.learner.optimizers.load_state_dict(torch.load(io.BytesIO(files["optimizers.pt"]), weights_only=False))
-        torch.set_rng_state(torch.load(io.BytesIO(files["torch_rng.pt"]), weights_only=False))
+            self.learner.load_adapter(slot, root / "adapters" / member)
+        self.learner.optimizers.load_state_dict(torch.load(root / "optimizers.pt", weights_only=False))
+        torch.set_rng_state(torch.load(root / "torch_rng.pt", weights_only=False))

@@ -12,23 +12,76 @@ Layout::
 A checkpoint directory appears under its final name only after every file in it is written and
 synced, and ``latest`` moves only after that, so the latest checkpoint is always complete even if
 the run is killed mid-write.
+
+The driver is not the only writer of a checkpoint: each learner writes its own files
+(``learners/<i>/``) straight into the temporary directory, so adapter and optimizer state never pass
+through the driver. The driver first writes a random token into ``.checkpoint-id``; a learner checks
+that it reads the same token before it writes or restores (``check_checkpoint_dir``), which fails
+clearly where a learner's node does not share the run directory's file system.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
+import socket
 from pathlib import Path
 from typing import Any, Callable
 
 from configs import Config, dump_config
 
 
-def _fsync_tree(path: Path) -> None:
+CHECKPOINT_ID = ".checkpoint-id"
+
+
+class CheckpointDirectoryError(RuntimeError):
+    """A process cannot see the checkpoint directory the driver made (no shared file system)."""
+
+
+def fsync_tree(path: Path) -> None:
+    """Flush every file under ``path`` to stable storage (from the process that wrote it, where the file
+    system is shared between nodes)."""
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         with open(file, "rb") as handle:
             os.fsync(handle.fileno())
+
+
+def mark_checkpoint_dir(directory: Path) -> str:
+    """Write a fresh random token into ``directory/.checkpoint-id`` and return it."""
+    token = secrets.token_hex(16)
+    _write_atomic(directory / CHECKPOINT_ID, token)
+    return token
+
+
+def read_checkpoint_token(directory: Path) -> str:
+    """The token ``mark_checkpoint_dir`` wrote into a checkpoint (checked again by each learner on restore)."""
+    marker = Path(directory) / CHECKPOINT_ID
+    if not marker.is_file():
+        raise CheckpointDirectoryError(
+            f"{directory} has no {CHECKPOINT_ID}: it is not a checkpoint written by this version (learners "
+            "write their own files since the adapter-transport change; older checkpoints cannot be resumed)"
+        )
+    return marker.read_text().strip()
+
+
+def check_checkpoint_dir(directory: Path, token: str, who: str) -> None:
+    """Raise ``CheckpointDirectoryError`` unless this process reads ``token`` in ``directory/.checkpoint-id``,
+    i.e. sees the very directory the driver made; ``who`` names the caller in the message."""
+    marker = Path(directory) / CHECKPOINT_ID
+    try:
+        seen = marker.read_text().strip()
+    except OSError:
+        seen = None
+    if seen != token:
+        what = "does not exist" if seen is None else "holds another checkpoint's token"
+        raise CheckpointDirectoryError(
+            f"{who} on host {socket.gethostname()} cannot see the checkpoint directory {directory} that the driver "
+            f"made ({marker} {what} here). Learners write their checkpoint files themselves: on more than one node "
+            "the run directory (run.run_dir) must be on a file system every node mounts at the same path "
+            "(NFS, a cloud file store)."
+        )
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -111,7 +164,7 @@ class RunDirectory:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         write(tmp)
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

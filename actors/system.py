@@ -23,6 +23,7 @@ from actors.inference_actor import InferenceActor
 from actors.league_actor import LeagueActor
 from actors.learner_actor import LearnerActor
 from actors.placement import PlacementPlan
+from actors.run_dir import mark_checkpoint_dir, read_checkpoint_token
 from actors.rollouts import Sample
 from actors.verifier_pool import VerifierActor, VerifierPool
 from configs import Config
@@ -148,14 +149,19 @@ class System:
         return stats
 
     def publish_adapters(self, all_members: bool = False, members: list[str] | None = None) -> None:
-        """Export each learner's members as new versions and make them live in the engine."""
+        """Export each learner's members as new versions and make them live in every engine replica.
+
+        Each version crosses the object store once: its learner puts the PEFT files (in the serving dtype)
+        and returns a reference; the driver hands that same reference to every replica, which maps it
+        (zero-copy on the learner's node). No adapter bytes pass through the driver.
+        """
         flat = [l for shards in self.learners.values() for l in shards]
-        exports = ray.get([l.export.remote(members) for l in flat])
+        exports = ray.get([l.export.remote(members, self.config.model.dtype) for l in flat])
         loads = []
         for exported in exports:
-            for member, (version, files) in exported.items():
+            for member, (version, (ref,)) in exported.items():
                 self.versions[member] = version
-                loads += [replica.load_adapter_files.remote(member, files, version) for replica in self.inference]
+                loads += [replica.load_adapter_files.remote(member, ref, version) for replica in self.inference]
         ray.get(loads)
 
     # evolution ---------------------------------------------------------------------------------
@@ -178,26 +184,21 @@ class System:
         ray.get(self.league.publish_metrics.remote(row))
 
     def checkpoint(self, directory: Path, step: int) -> None:
+        """Fill the (temporary) checkpoint ``directory``: each learner writes its own files under
+        ``learners/<i>/`` (nothing passes through the driver); the driver writes the league's and its own."""
         flat = [l for shards in self.learners.values() for l in shards]
-        states = ray.get([l.checkpoint_files.remote() for l in flat])
-        for i, files in enumerate(states):
-            for name, data in files.items():
-                path = directory / "learners" / str(i) / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
+        token = mark_checkpoint_dir(directory)
+        ray.get([l.checkpoint.remote(str(directory), token, f"learners/{i}") for i, l in enumerate(flat)])
         (directory / "league.json").write_text(json.dumps(ray.get(self.league.state_dict.remote())))
         (directory / "driver.json").write_text(json.dumps({
             "step": step, "coverage": self.coverage.state_dict(), "versions": self.versions,
         }))
 
     def restore(self, directory: Path) -> None:
+        """Load a checkpoint written by ``checkpoint``: each learner reads its own files from ``directory``."""
         flat = [l for shards in self.learners.values() for l in shards]
-        calls = []
-        for i, learner in enumerate(flat):
-            root = directory / "learners" / str(i)
-            files = {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-            calls.append(learner.restore_files.remote(files))
-        ray.get(calls)
+        token = read_checkpoint_token(directory)
+        ray.get([l.restore.remote(str(directory), token, f"learners/{i}") for i, l in enumerate(flat)])
         saved = json.loads((directory / "league.json").read_text())
         ray.get(self.league.load_state_dict.remote(saved))
         restored = ray.get(self.league.state_dict.remote())

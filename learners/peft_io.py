@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 from peft import LoraConfig
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
 
 from learners.multi_lora import MultiLoRAModel
 
@@ -76,20 +77,32 @@ def lora_config(model: MultiLoRAModel, base_model_name_or_path: str = "") -> Lor
     )
 
 
-def save_adapter(model: MultiLoRAModel, slot: int, path: str | os.PathLike, base_model_name_or_path: str = "") -> Path:
+def peft_files(tensors: dict[str, torch.Tensor], config: LoraConfig) -> dict[str, bytes]:
+    """A PEFT adapter directory in memory: file name -> bytes of ``adapter_config.json`` and
+    ``adapter_model.safetensors`` (the tensors in the dtype they have)."""
+    with tempfile.TemporaryDirectory(prefix="populora-peft-config-") as tmp:
+        config.save_pretrained(tmp)  # PEFT writes its own config format
+        config_bytes = (Path(tmp) / CONFIG_NAME).read_bytes()
+    return {CONFIG_NAME: config_bytes, WEIGHTS_NAME: safetensors_bytes(tensors, metadata={"format": "pt"})}
+
+
+def adapter_files(model: MultiLoRAModel, slot: int, dtype: torch.dtype = torch.float32,
+                  base_model_name_or_path: str = "") -> dict[str, bytes]:
+    """Adapter ``slot`` as the files of a PEFT directory, its factors cast to ``dtype`` (the serving dtype
+    when publishing to an engine; float32, the master weights, for checkpoints)."""
+    return peft_files(slot_state_dict(model, slot, dtype), lora_config(model, base_model_name_or_path))
+
+
+def save_adapter(model: MultiLoRAModel, slot: int, path: str | os.PathLike, base_model_name_or_path: str = "",
+                 dtype: torch.dtype = torch.float32) -> Path:
     """Write adapter ``slot`` as a PEFT directory at ``path`` (created; files replaced atomically). Returns the path."""
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    tensors = slot_state_dict(model, slot)
-    # Write to temporary names then rename, so a reader (vLLM) never sees half a file.
-    with tempfile.NamedTemporaryFile(dir=out, suffix=".safetensors.tmp", delete=False) as tmp:
-        tmp_weights = tmp.name
-    save_file(tensors, tmp_weights, metadata={"format": "pt"})
-    os.replace(tmp_weights, out / WEIGHTS_NAME)
-    tmp_dir = Path(tempfile.mkdtemp(dir=out, prefix=".config-"))
-    lora_config(model, base_model_name_or_path).save_pretrained(str(tmp_dir))
-    os.replace(tmp_dir / CONFIG_NAME, out / CONFIG_NAME)
-    tmp_dir.rmdir()
+    # Weights first, config last, each to a temporary name then renamed: a reader (vLLM) never sees half a file.
+    for name, data in sorted(adapter_files(model, slot, dtype, base_model_name_or_path).items(), reverse=True):
+        with tempfile.NamedTemporaryFile(dir=out, prefix=f".{name}.", suffix=".tmp", delete=False) as tmp:
+            tmp.write(data)
+        os.replace(tmp.name, out / name)
     return out
 
 

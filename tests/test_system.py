@@ -77,6 +77,15 @@ def test_end_to_end_run_then_resume(tiny_model, tmp_path):
         assert lrs == pytest.approx([expected] * len(lrs))
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
+    # Resuming from the step-1 checkpoint recomputes step 2 identically (evolution included).
+    replay_dir = tmp_path / "replay"
+    shutil.copytree(run_dir, replay_dir)
+    (replay_dir / "checkpoints" / "latest").write_text("step-1")
+    replay = launch("--resume", str(replay_dir), "--steps", "1")
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    untimed = [{k: v for k, v in row.items() if k != "phase_seconds"} for row in (rows[1], metrics(replay_dir)[1])]
+    assert untimed[0] == untimed[1]
+
     second = launch("--resume", str(run_dir), "--steps", "1")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "league state equal to the saved one" in second.stdout

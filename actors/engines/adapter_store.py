@@ -15,8 +15,11 @@ import itertools
 import shutil
 import tempfile
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from typing_extensions import Buffer
 
 from actors.engines.requests import AdapterLoadError
 from learners.peft_io import WEIGHTS_NAME, read_adapter_config
@@ -63,6 +66,17 @@ def read_adapter_spec(path: Path, max_rank: int) -> AdapterSpec:
     )
 
 
+def write_adapter_dir(files: Mapping[str, Buffer], directory: Path) -> Path:
+    """Write a PEFT directory's files (file name -> bytes, or any buffer such as the read-only numpy view
+    of an object-store payload) into ``directory`` (created). Returns it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for filename, data in files.items():
+        if "/" in filename or filename in ("", ".", ".."):
+            raise AdapterLoadError(f"adapter file name {filename!r} is not a plain file name")
+        (directory / filename).write_bytes(data)
+    return directory
+
+
 def ram_backed_root() -> Path:
     """``/dev/shm`` where it exists and is writable (Linux), else the system temp directory."""
     shm = Path("/dev/shm")
@@ -83,11 +97,18 @@ class AdapterStore:
         self._seq = itertools.count()
         self._finalizer = weakref.finalize(self, shutil.rmtree, self.root, True)
 
-    def publish(self, name: str, source: Path, version: int) -> Path:
-        """Copy ``source`` into a new directory for ``(name, version)`` and return its path."""
+    def publish(self, name: str, source: Path, version: int, move: bool = False) -> Path:
+        """Copy ``source`` into a new directory for ``(name, version)`` and return its path.
+
+        ``move``: the caller hands ``source`` over; it is renamed into the store (no copy when both are on
+        one file system, as the inference actor's incoming directory and the store are).
+        """
         target = self.root / name / f"v{version}-{next(self._seq)}"
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(source, target)
+        if move:
+            shutil.move(source, target)
+        else:
+            shutil.copytree(source, target)
         return target
 
     def discard(self, path: Path) -> None:

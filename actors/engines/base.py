@@ -37,8 +37,9 @@ class Engine(Protocol):
         """For each request, its ``n`` generations, in request order; one batch across adapters."""
         ...
 
-    def load_adapter(self, name: str, path: str | Path, version: int) -> None:
-        """Make version ``version`` of adapter ``name`` (a PEFT directory) live; replaces an older one."""
+    def load_adapter(self, name: str, path: str | Path, version: int, move: bool = False) -> None:
+        """Make version ``version`` of adapter ``name`` (a PEFT directory) live; replaces an older one
+        (``move``: the directory is handed over, not copied)."""
         ...
 
     def remove_adapter(self, name: str) -> None: ...
@@ -113,7 +114,9 @@ class EngineBase:
                 return []
             return self._generate(prepared)
 
-    def load_adapter(self, name: str, path: str | Path, version: int) -> None:
+    def load_adapter(self, name: str, path: str | Path, version: int, move: bool = False) -> None:
+        """Make ``version`` of adapter ``name`` live from the PEFT directory ``path`` (copied into the engine's
+        store; ``move``: the caller hands the directory over and it is renamed there instead)."""
         if not isinstance(name, str) or not name or "/" in name:
             raise AdapterLoadError(f"adapter name must be a non-empty string without '/', got {name!r}")
         if not isinstance(version, int) or version < 0:
@@ -128,7 +131,7 @@ class EngineBase:
                     f"adapters {sorted(self._loaded)}; remove one first"
                 )
             lora_id = previous.lora_id if previous else self._next_lora_id
-            entry = LoadedAdapter(name, version, lora_id, self.store.publish(name, source, version), spec)
+            entry = LoadedAdapter(name, version, lora_id, self.store.publish(name, source, version, move), spec)
             try:
                 self._install(entry, previous)
             except Exception:
