@@ -178,4 +178,8 @@ def test_task_dict_round_trip_and_errors():
         Task("code_o", PROGRAM, ["1", "2"], ["1", "2"])
     with pytest.raises(ValueError, match="unknown Task keys"):
         Task.from_dict({**t.to_dict(), "extra": 1})
-    assert answer_region("a<answer>b</answer>c<answer>d") == "d"
+    # the last complete answer wins over a stray, unclosed <answer> after it (e.g. a response cut at max_tokens)
+    assert answer_region("a<answer>b</answer>c<answer>d") == "b"
+    assert answer_region("a<answer>b</answer>c<answer>d</answer>") == "d"
+    assert answer_region("<answer>x <answer>y</answer>") == "y"
+    assert answer_region("thinking<answer>unclosed") == "unclosed" and answer_region("none") is None

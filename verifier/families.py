@@ -90,7 +90,7 @@ def validate_proposals(
             results[i] = Validation(False, None, None, f"not a Proposal: {type(proposal).__name__}")
             continue
         if proposal.error:
-            results[i] = Validation(False, None, None, f"unparsable proposal: {proposal.error}")
+            results[i] = Validation(False, None, None, f"invalid proposal: {proposal.error}")
             continue
         program = programs[i] if programs is not None else proposal.program
         inputs = list(proposal.inputs)
@@ -125,22 +125,26 @@ def validate_proposals(
     return results  # type: ignore[return-value]
 
 
-def judge_answers(verifier: Verifier, items: Sequence[tuple[Task, str]]) -> list[Judgement]:
+def judge_answers(verifier: Verifier, items: Sequence[tuple[Task, str] | tuple[Task, str, bool]]) -> list[Judgement]:
     """Judge student responses (raw model text) against their tasks, running what needs running in
-    one ``execute_many`` batch. Malformed responses are not executed."""
+    one ``execute_many`` batch. Malformed responses are not executed.
+
+    An item is ``(task, text)`` or ``(task, text, truncated)``, where ``truncated`` says that the
+    generation stopped at ``max_tokens`` (a malformed answer's reason then starts with ``truncated``).
+    """
     results: list[Judgement | None] = [None] * len(items)
     calls: list[tuple[str, str]] = []
     owners: list[tuple[int, list[str]]] = []  # (item index, gold outputs to compare in order)
     for i, item in enumerate(items):
         try:
-            task, text = item
+            task, text, cut = item if len(item) == 3 else (*item, False)
         except (TypeError, ValueError):
-            results[i] = Judgement(False, False, "expected a (Task, answer text) pair")
+            results[i] = Judgement(False, False, "expected a (Task, answer text) pair or a (Task, text, truncated) triple")
             continue
         if not isinstance(task, Task):
             results[i] = Judgement(False, False, f"not a Task: {type(task).__name__}")
             continue
-        answer: Answer = parse_answer(task.family, text)
+        answer: Answer = parse_answer(task.family, text, truncated_at_limit=bool(cut))
         if not answer.well_formed:
             results[i] = Judgement(False, False, answer.error or "the response is not <think>...</think><answer>...</answer>")
             continue

@@ -37,10 +37,12 @@ STUDENT_INSTRUCTIONS = {
 }
 ASSISTANT = "Assistant: "
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z_][\w-]*)?[ \t]*\n(.*?)```", re.DOTALL)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z_][\w-]*)?[ \t]*\r?\n(.*?)```", re.DOTALL)
 _LAYOUT = re.compile(r"\s*(?:<think>)?.*?</think>\s*<answer>.*?</answer>", re.DOTALL)
 _ANSWER_ONLY = re.compile(r"\s*<answer>.*?</answer>", re.DOTALL)
 _MESSAGE_TAG = re.compile(r"<message>(.*?)</message>", re.DOTALL)
+# The inner text of a complete answer: from its <answer> (the last one before the close) to </answer>.
+_COMPLETE_ANSWER = re.compile(r"<answer>((?:(?!<answer>).)*?)</answer>", re.DOTALL)
 
 
 def block(kind: str, text: str) -> str:
@@ -132,13 +134,24 @@ class Answer:
 
 
 def answer_region(text: str) -> str | None:
-    """Text after the last ``<answer>``, up to the next ``</answer>`` (or the end); None without ``<answer>``."""
+    """The text of the answer; None without ``<answer>``.
+
+    The last complete ``<answer>...</answer>`` when there is one (a model may mention the tags while
+    reasoning, or start a stray ``<answer>`` after its real one), else the text after the last
+    ``<answer>`` up to the end.
+    """
+    complete = _COMPLETE_ANSWER.findall(text)
+    if complete:
+        return complete[-1]
     start = text.rfind("<answer>")
     if start < 0:
         return None
-    rest = text[start + len("<answer>") :]
-    end = rest.find("</answer>")
-    return rest if end < 0 else rest[:end]
+    return text[start + len("<answer>") :]
+
+
+def truncated(reason: str) -> str:
+    """The reason of a response that is malformed and was cut at ``max_tokens``: says so first."""
+    return f"truncated: the response reached max_tokens before its answer was complete ({reason})"
 
 
 def layout_ok(text: str) -> bool:
@@ -148,7 +161,7 @@ def layout_ok(text: str) -> bool:
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
     """All fenced blocks as (language tag lower-cased or '', body without surrounding newlines)."""
-    return [((tag or "").lower(), body.strip("\n")) for tag, body in _FENCE.findall(text)]
+    return [((tag or "").lower(), body.strip("\r\n")) for tag, body in _FENCE.findall(text)]
 
 
 def _first(blocks: list[tuple[str, str]], kinds: tuple[str, ...]) -> str | None:
@@ -159,14 +172,24 @@ def _last(blocks: list[tuple[str, str]], kinds: tuple[str, ...]) -> str | None:
     return next((body for tag, body in reversed(blocks) if tag in kinds), None)
 
 
-def parse_proposal(family: str, text: str, *, program: str | None = None, n_inputs: int | None = None) -> Proposal:
-    """Parse a teacher response; never raises.
+def parse_proposal(
+    family: str, text: str, *, program: str | None = None, n_inputs: int | None = None, truncated_at_limit: bool = False
+) -> Proposal:
+    """Parse a teacher response; never raises. With ``truncated_at_limit`` (the generation stopped at
+    ``max_tokens``) a malformed response's error starts with ``truncated``.
 
     code_o / code_i: the first python block (an untagged block also counts) and the first input block.
     code_f: every input block (with ``n_inputs``, at least that many are required and the last
     ``n_inputs`` kept, as in AZR) and a ``message`` block or ``<message>`` tags; the program is the one
     the prompt showed, passed as ``program``.
     """
+    proposal = _proposal(family, text, program, n_inputs)
+    if truncated_at_limit and proposal.error:
+        proposal.error = truncated(proposal.error)
+    return proposal
+
+
+def _proposal(family: str, text: str, program: str | None, n_inputs: int | None) -> Proposal:
     try:
         if family not in FAMILIES:
             return Proposal(error=f"unknown task family {family!r}")
@@ -268,13 +291,22 @@ def check_program(text: str) -> str | None:
     return None
 
 
-def parse_answer(family: str, text: str) -> Answer:
+def parse_answer(family: str, text: str, truncated_at_limit: bool = False) -> Answer:
     """Parse a student response; never raises.
 
     The value is the last block of the expected kind inside the answer (``output`` for code_o,
     ``input`` for code_i, ``python`` for code_f); without any fenced block the whole answer text is
-    used (AZR's fallback). The value is checked syntactically only, never evaluated.
+    used (AZR's fallback). The value is checked syntactically only, never evaluated. With
+    ``truncated_at_limit`` (the generation stopped at ``max_tokens``) a malformed answer's error
+    starts with ``truncated``.
     """
+    answer = _answer(family, text)
+    if truncated_at_limit and not answer.well_formed:
+        answer.error = truncated(answer.error or "the response is not <think>...</think><answer>...</answer>")
+    return answer
+
+
+def _answer(family: str, text: str) -> Answer:
     try:
         if family not in FAMILIES:
             return Answer(None, f"unknown task family {family!r}")
