@@ -236,13 +236,14 @@ def test_stop_string_ends_generation_and_is_cut_from_the_text(engine):
     assert len(cut.logprobs) == len(cut.token_ids)
 
 
-def test_max_tokens_is_capped_by_the_context(engine):
+def test_a_request_that_does_not_fit_the_context_fails_alone(engine):
     ids = engine.tokenizer("def f(a):\n" * 200, add_special_tokens=False)["input_ids"]
     prompt = engine.tokenizer.decode(ids[: MAX_LEN - 3])
     room = MAX_LEN - len(engine.tokenizer(prompt, add_special_tokens=False)["input_ids"])
     assert 0 < room < MAX_TOKENS
-    (gen,) = engine.generate([greedy("a1", prompt, max_tokens=50)])[0]
-    assert len(gen.token_ids) <= room and gen.finish_reason in ("length", "stop")
+    fits, too_long = engine.generate([greedy("a1", prompt, max_tokens=room), greedy("a1", prompt, max_tokens=room + 1)])
+    assert not fits[0].rejected and len(fits[0].token_ids) <= room
+    assert too_long[0].rejected and f"over max_model_len={MAX_LEN}" in too_long[0].error
 
 
 def test_end_of_sequence_token_ends_generation(engine, tiny_qwen2, tmp_path, monkeypatch):
@@ -277,7 +278,6 @@ def test_end_of_sequence_token_ends_generation(engine, tiny_qwen2, tmp_path, mon
     [
         (GenerationRequest("nope", "def f(a):"), UnknownAdapterError, "unknown adapter 'nope'"),
         (GenerationRequest(None, ""), InvalidRequestError, "prompt must be a non-empty string"),
-        (GenerationRequest(None, "def f(a):\n" * 400), InvalidRequestError, "max_model_len=256"),
         (GenerationRequest("a0", "x", temperature=-1.0), InvalidRequestError, "temperature"),
         (GenerationRequest("a0", "x", top_p=0.0), InvalidRequestError, "top_p"),
         (GenerationRequest("a0", "x", n=0), InvalidRequestError, "n must be"),

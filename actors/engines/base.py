@@ -4,6 +4,12 @@ A backend subclasses :class:`EngineBase` and implements three hooks: ``_generate
 tokenized prompts), ``_install`` (make an adapter version live) and ``_uninstall``. Everything a
 caller can get wrong is checked here, before any backend work starts, so one bad request fails
 the whole call with a message that names it and nothing is half-generated.
+
+One failure is the request's alone, not the call's: a prompt that does not leave room for its
+``max_tokens`` in the context (``len(prompt) + max_tokens > max_model_len``). Such a request gets
+``n`` rejected generations (``finish_reason == "rejected"``, the reason in ``error``, no tokens);
+the backend never sees it and the rest of the batch runs. The check is made here, before any
+backend call, so it holds the same for every backend.
 """
 
 from __future__ import annotations
@@ -64,12 +70,16 @@ class LoadedAdapter:
 
 @dataclass(frozen=True)
 class PreparedRequest:
-    """A checked request with its prompt token ids, generation budget and live adapter."""
+    """A checked request with its prompt token ids, generation budget and live adapter.
+
+    ``rejected`` is the reason the request cannot run (it does not fit the context), else None.
+    """
 
     request: GenerationRequest
     prompt_ids: list[int]
     max_tokens: int
     adapter: LoadedAdapter | None
+    rejected: str | None = None
 
 
 def sample_seed(seed: int, sample: int) -> int:
@@ -78,6 +88,17 @@ def sample_seed(seed: int, sample: int) -> int:
     Seeds of different requests should therefore be at least ``n`` apart to keep their samples independent.
     """
     return seed + sample
+
+
+def rejected_generations(prepared: PreparedRequest) -> list[Generation]:
+    """The ``n`` results of a request that could not run: no tokens, ``finish_reason='rejected'``, the reason in ``error``."""
+    adapter = prepared.adapter
+    return [
+        Generation(text="", token_ids=[], logprobs=[], adapter=adapter.name if adapter else None,
+                   adapter_version=adapter.version if adapter else None, finish_reason="rejected",
+                   error=prepared.rejected)
+        for _ in range(prepared.request.n)
+    ]
 
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
@@ -110,9 +131,9 @@ class EngineBase:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Generation]]:
         with self._lock:
             prepared = [self._prepare(i, r) for i, r in enumerate(requests)]
-            if not prepared:
-                return []
-            return self._generate(prepared)
+            runnable = [p for p in prepared if p.rejected is None]
+            outputs = iter(self._generate(runnable) if runnable else [])
+            return [rejected_generations(p) if p.rejected is not None else next(outputs) for p in prepared]
 
     def load_adapter(self, name: str, path: str | Path, version: int, move: bool = False) -> None:
         """Make ``version`` of adapter ``name`` live from the PEFT directory ``path`` (copied into the engine's
@@ -197,10 +218,12 @@ class EngineBase:
         prompt_ids = self.tokenizer(request.prompt, add_special_tokens=False)["input_ids"]
         if not prompt_ids:
             raise InvalidRequestError(f"request {index}: the prompt tokenizes to no tokens")
-        room = self.max_model_len - len(prompt_ids)
-        if room < 1:
-            raise InvalidRequestError(
-                f"request {index}: prompt is {len(prompt_ids)} tokens; the engine's context is "
-                f"max_model_len={self.max_model_len} tokens, which leaves no room to generate"
+        needed = len(prompt_ids) + request.max_tokens
+        if needed > self.max_model_len:
+            reason = (
+                f"request {index} does not fit the context: its prompt is {len(prompt_ids)} tokens and max_tokens="
+                f"{request.max_tokens}, {needed} tokens in all, over max_model_len={self.max_model_len}"
             )
-        return PreparedRequest(request, list(prompt_ids), min(request.max_tokens, room), adapter)
+            log.warning("%s engine: %s; that request is rejected, the rest of the batch runs", self.backend, reason)
+            return PreparedRequest(request, [], 0, adapter, rejected=reason)
+        return PreparedRequest(request, list(prompt_ids), request.max_tokens, adapter)

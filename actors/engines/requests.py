@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "rejected"]
 
 
 class InvalidRequestError(ValueError):
@@ -35,7 +35,8 @@ class GenerationRequest:
 
     ``temperature=0`` is greedy decoding. ``n`` independent samples are drawn; with ``seed`` set the
     samples are reproducible (sample j uses a generator derived from ``(seed, j)``).
-    ``max_tokens`` is capped by the room left in the engine's context window.
+    The prompt's tokens plus ``max_tokens`` must fit the engine's context window (``max_model_len``);
+    a request that does not is rejected on its own (see :class:`Generation`), the rest of its batch runs.
     """
 
     adapter: str | None
@@ -75,9 +76,10 @@ class Generation:
     complete a stop string; ``logprobs`` has one entry per token id (see the module docstring).
     ``text`` is the decoded completion without special tokens, cut just before the first stop
     string. ``adapter_version`` is the version of the adapter weights that produced it (``None``
-    for the base). ``finish_reason`` is ``"stop"`` (EOS or stop string) or ``"length"``.
-    ``prompt_token_ids`` is how the engine tokenized the prompt, so the learner scores exactly
-    ``prompt_token_ids + token_ids``.
+    for the base). ``finish_reason`` is ``"stop"`` (EOS or stop string), ``"length"`` (``max_tokens``
+    reached) or ``"rejected"``: the request did not fit the context and nothing was generated;
+    ``error`` says why (None otherwise). ``prompt_token_ids`` is how the engine tokenized the prompt,
+    so the learner scores exactly ``prompt_token_ids + token_ids`` (empty for a rejected request).
     """
 
     text: str
@@ -87,3 +89,9 @@ class Generation:
     adapter_version: int | None
     finish_reason: FinishReason
     prompt_token_ids: list[int] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def rejected(self) -> bool:
+        """True when the request could not run (see ``error``)."""
+        return self.finish_reason == "rejected"
