@@ -3,7 +3,7 @@
 
     python launch.py                                  # the embedded default: configs/tiny.yaml on CPU
     python launch.py --config configs/qwen2.5-7b-4t4s.yaml model.path=/models/Qwen2.5-7B
-    python launch.py --dry-run population.teachers=4  # validate + print config and placement, start nothing
+    python launch.py --dry-run population.teachers=4  # validate + print config, placement and memory plan, start nothing
     python launch.py --resume runs/2026-11-21T10-00-00 --steps 10
 
 Overrides are ``dotted.key=value`` with YAML values. Under ``ray job submit`` (or with RAY_ADDRESS
@@ -20,7 +20,10 @@ import sys
 from pathlib import Path
 
 from configs import Config, ConfigError, dump_config, load_config
+from actors.memory_plan import GiB, HostView, MemoryPlan, PlanInputError, load_model_dims, plan_memory, with_resolved_checkpointing
 from actors.placement import ClusterView, plan_placement
+
+DEFAULT_GPU_GIB = 80.0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,7 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run-dir", type=Path, help="output directory (default: runs/<name>-<timestamp>)")
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its latest checkpoint")
     parser.add_argument("--steps", type=int, help="steps to run (with --resume: further steps)")
-    parser.add_argument("--dry-run", action="store_true", help="validate, print the config and placement plan, exit")
+    parser.add_argument("--dry-run", action="store_true", help="validate, print the config, placement and memory plan, exit (1 if memory does not fit)")
     parser.add_argument("overrides", nargs="*", metavar="dotted.key=value")
     return parser.parse_args(argv)
 
@@ -56,15 +59,29 @@ def resolve_config(args: argparse.Namespace) -> Config:
     return load_config(args.config, overrides)
 
 
+def gpu_memory_bytes() -> int | None:
+    """The smallest GPU's total memory on this machine (``nvidia-smi``), or None where it cannot be read."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, check=False, timeout=30).stdout
+        mib = [int(float(line)) for line in out.split() if line.strip()]
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    return min(mib) * 2**20 if mib else None
+
+
 def local_cluster_view() -> ClusterView:
-    """What a local cluster started here would offer (CPUs and visible GPUs), without starting one."""
+    """What a local cluster started here would offer (CPUs, visible GPUs and their memory), without starting one."""
     gpus = 0
     if shutil.which("nvidia-smi"):
         listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
         gpus = sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
     cpus = float(os.cpu_count() or 1)
     node = {"CPU": cpus, "GPU": float(gpus)}
-    return ClusterView(total=dict(node), nodes=[node], source="this machine (no cluster running; a local one would be started)")
+    return ClusterView(total=dict(node), nodes=[node], source="this machine (no cluster running; a local one would be started)",
+                       gpu_memory_bytes=gpu_memory_bytes() if gpus else None)
 
 
 def cluster_view(address: str | None) -> ClusterView:
@@ -76,9 +93,38 @@ def cluster_view(address: str | None) -> ClusterView:
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     try:
         nodes = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
-        return ClusterView(total=dict(ray.cluster_resources()), nodes=nodes, source=f"Ray cluster at {address}")
+        memory = None
+        if any(n.get("GPU", 0) for n in nodes):  # read nvidia-smi on a GPU node; a busy cluster just falls back
+            probe = ray.remote(num_cpus=0, num_gpus=0.001)(gpu_memory_bytes).remote()
+            ready, _ = ray.wait([probe], timeout=30)
+            memory = ray.get(ready[0]) if ready else None
+        return ClusterView(total=dict(ray.cluster_resources()), nodes=nodes, source=f"Ray cluster at {address}",
+                           gpu_memory_bytes=memory)
     finally:
         ray.shutdown()
+
+
+def host_view() -> HostView:
+    """This machine's RAM and the size of /dev/shm (where the learners' shared base goes)."""
+    shm = Path("/dev/shm")
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return HostView(ram_bytes=ram, shm_bytes=shutil.disk_usage(shm).total if shm.is_dir() else ram,
+                    shm_path=str(shm) if shm.is_dir() else "temp dir")
+
+
+def memory_plan(config: Config, view: ClusterView) -> MemoryPlan:
+    """The memory plan of ``config`` (``actors.memory_plan``): GPU capacity from the config, else the cluster, else 80 GiB.
+
+    Raises ``PlanInputError`` when the model's ``config.json`` cannot be read.
+    """
+    if config.resources.gpu_memory_gib is not None:
+        gpu_bytes, source = int(config.resources.gpu_memory_gib * GiB), "resources.gpu_memory_gib"
+    elif view.gpu_memory_bytes:
+        gpu_bytes, source = view.gpu_memory_bytes, f"nvidia-smi on {view.source}"
+    else:
+        gpu_bytes, source = int(DEFAULT_GPU_GIB * GiB), "default (set resources.gpu_memory_gib)"
+    source = f"{gpu_bytes / GiB:.1f} GiB per GPU, {source}"
+    return plan_memory(config, load_model_dims(config), plan_placement(config), gpu_bytes, host_view(), source)
 
 
 def dry_run(config: Config) -> int:
@@ -94,8 +140,15 @@ def dry_run(config: Config) -> int:
         print(f"  {line}")
     if config.model.path.startswith("${"):
         print(f"\nnote: model.path is {config.model.path}: set that variable or override model.path=/path/to/model")
-    print(f"\ndry run: configuration valid; the plan {'fits' if ok else 'does NOT fit'} the resources above")
-    return 0
+    print(f"\ndry run: configuration valid; the plan {'fits' if ok else 'does NOT fit'} the resources above\n")
+    try:
+        memory = memory_plan(config, view)
+    except PlanInputError as exc:
+        print(f"memory: not planned: {exc}")
+        return 0
+    print(memory.render())
+    print(memory.verdict())
+    return 0 if memory.fits else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +160,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.dry_run:
         return dry_run(config)
+    try:
+        memory = memory_plan(config, cluster_view(os.environ.get("RAY_ADDRESS")))
+    except PlanInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not memory.fits:  # refuse before any actor starts
+        print(memory.render(), file=sys.stderr)
+        print(memory.verdict(), file=sys.stderr)
+        return 1
+    print(memory.verdict(), flush=True)
+    config = with_resolved_checkpointing(config, memory)
     try:
         from actors.driver import train
     except ImportError as exc:  # the only placeholder: the loop lands with the system issue

@@ -35,6 +35,7 @@ class ClusterView:
     total: dict[str, float]
     nodes: list[dict[str, float]]
     source: str
+    gpu_memory_bytes: int | None = None  # the smallest GPU's memory where it could be read (nvidia-smi), else None
 
 
 @dataclass

@@ -226,6 +226,11 @@ class ResourcesConfig(Section):
     learner_gpus: int = Field(0, ge=0, le=1024, description="GPUs shared by the teacher and student learners (0 = CPU).")
     learner_cpus: float = Field(1.0, gt=0, le=256, description="CPUs each learner actor reserves.")
     inference_cpus: float = Field(1.0, gt=0, le=256, description="CPUs the inference actor reserves.")
+    gpu_memory_gib: float | None = Field(
+        None, gt=0, le=4096,
+        description="Memory of each GPU for the memory plan, in GiB (an 80 GB A100/H100 has ~80). Unset: what the "
+        "cluster's GPUs report (nvidia-smi), else 80.",
+    )
 
     @model_validator(mode="after")
     def _tp_divides(self) -> "ResourcesConfig":

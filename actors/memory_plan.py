@@ -1,0 +1,476 @@
+"""The memory plan: predicted peak bytes of every actor on every device, from the config and ``config.json`` alone.
+
+Pure arithmetic (no Ray, no torch, no weights): ``launch.py --dry-run`` prints it and a real launch refuses
+a plan that does not fit before any actor starts. It lives beside ``actors/placement.py`` because it is the
+same kind of decision one level down: placement says which actor sits on which GPU, this says whether
+the bytes of those actors fit there. ``bench/memory_plan.py`` checks the learner's predictions against
+measured peaks at Qwen2.5-7B's widths; ``docs/memory.md`` has the arithmetic for the 7B preset.
+
+Notation: h hidden size, f intermediate size, H attention heads, d head dim, kv = kv_heads x d, V vocabulary,
+L decoder layers, r LoRA rank, b bytes per element of the base dtype, N tokens of a micro-batch, c logit
+chunk tokens (N when unchunked), T the longest row (``model.max_seq_len``).
+
+**Learner, per GPU** (the base is held once per learner GPU and mapped by both learners; per learner):
+
+- adapter training state ``16 P`` bytes per owned adapter: float32 master weights, gradients and AdamW's two
+  moments (4 x 4 B), P = L x r x sum over target modules of (d_in + d_out);
+- activations saved for backward, per token and decoder layer (:func:`layer_saved_bytes`), read off the
+  learner's autograd graph (``tests/test_memory_plan.py`` counts them with saved-tensor hooks)::
+
+      2 (4h + 4)                       RMSNorm x2: float32 copy of the input + its rsqrt
+      b h [q|k|v] + b h [gate|up]      the LoRA branch's inputs (the norm outputs, one per group)
+      b f [down]                       the LoRA input of down_proj (act(gate) * up)
+      b r x (target modules)           the LoRA A-projection of each module
+      b (h + 2 kv') + b h + 4 H        attention: q, k, v (kv' = h: repeated to every head when a padding
+                                       mask is passed), the output (also o_proj's input), log-sum-exp
+      3 b f                            MLP: gate output, act(gate), up output
+      b T                              the padding mask in the attention's dtype, its row of T keys
+                                       (SDPA converts the boolean mask per layer and keeps it)
+
+  plus, once per layer and micro-batch, the base-dtype casts of the present adapters' factors
+  (``b P / L`` per adapter; none for a float32 base) and, once per micro-batch, the boolean padding mask
+  (``N T`` bytes: rows of T tokens, each T x T) and the final norm (4h + 4 per token);
+- with activation checkpointing only each layer's input (``b h`` per token and layer) is kept, and one
+  layer's activations are alive again while it is recomputed in backward;
+- the backward workspace of one layer, ``N (3 b f + 8 h)`` (the f-wide gradients of the MLP and float32
+  norm gradients);
+- the logits: per loss token ``V (b + 4 + 4)`` bytes (the head's output, its float32 copy, the gradient of
+  log-softmax; +4 V with the entropy term) for c tokens when chunked, for every loss token (N) when not;
+- the no-grad old-policy / reference passes: one layer's forward intermediates ``N (3 b f + 4 b h)`` and one
+  chunk of logits (they run before the policy pass, so they count only when larger).
+
+The peak is the saved activations plus the larger of the logits' backward and one layer's backward (the
+logits' backward runs while every layer's activations are still held). ``ACTIVATION_CALIBRATION`` scales
+the activation terms by the factor the measurement asked for (see ``docs/memory.md``).
+
+**Inference replica (vLLM), per GPU**: of ``gpu_memory_utilization`` x capacity, the weights, the LoRA slot
+buffers ``max_loras x max_lora_rank x sum (d_in + d_out) x L x b``, the forward workspace at
+``max_num_batched_tokens`` and the sampler's logits, CUDA graphs; what remains must hold the KV cache of
+``max_num_seqs`` sequences of ``max_model_len`` tokens, ``2 x kv_heads x d x b x L`` bytes per token.
+
+**Host**: the shared base file in ``/dev/shm`` (its size is checked), and on CPU-only runs the learners and
+the inference engine in RAM.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.placement import PlacementPlan
+from configs.schema import Config
+
+GiB = 1024**3
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+CUDA_CONTEXT_BYTES = int(0.5 * GiB)
+"""Per GPU process: the CUDA context and kernels outside the caching allocator (an estimate, not measured here)."""
+CUDA_GRAPHS_BYTES = 1 * GiB
+"""vLLM's captured CUDA graphs when ``enforce_eager`` is not set (an estimate; vLLM logs the real figure)."""
+VLLM_DEFAULT_BATCHED_TOKENS = 16384
+"""``max_num_batched_tokens`` of ``vllm.LLM`` on a GPU when engine_args do not set it (vLLM V1 default)."""
+VLLM_DEFAULT_UTILIZATION = 0.9
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
+ACTIVATION_CALIBRATION = 1.0
+"""Factor on the learner's activation terms from ``bench/memory_plan.py`` (1.0: the derivation stands as is)."""
+
+
+class PlanInputError(ValueError):
+    """The model's shape cannot be read (no ``config.json`` and not the built-in tiny model)."""
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The widths of a Qwen2/Llama-style decoder that the plan needs (from ``config.json``)."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    tied_embeddings: bool = False
+    head_dim: int = 0  # 0 = hidden / heads
+    qkv_bias: bool = True  # Qwen2 has q/k/v biases
+
+    @property
+    def dim(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def kv(self) -> int:
+        """Width of the K (or V) projection: kv_heads x head dim."""
+        return self.kv_heads * self.dim
+
+    @classmethod
+    def from_config_json(cls, cfg: dict[str, Any]) -> "ModelDims":
+        """Read a Hugging Face ``config.json`` dict (``num_key_value_heads`` defaults to the head count)."""
+        try:
+            heads = int(cfg["num_attention_heads"])
+            return cls(
+                hidden=int(cfg["hidden_size"]),
+                intermediate=int(cfg["intermediate_size"]),
+                layers=int(cfg["num_hidden_layers"]),
+                heads=heads,
+                kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                vocab=int(cfg["vocab_size"]),
+                tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                head_dim=int(cfg.get("head_dim") or 0),
+                qkv_bias=cfg.get("model_type", "qwen2") == "qwen2" or bool(cfg.get("attention_bias", False)),
+            )
+        except KeyError as exc:
+            raise PlanInputError(f"config.json lacks {exc.args[0]!r}: the memory plan needs the decoder's widths") from None
+
+    def module_widths(self) -> dict[str, tuple[int, int]]:
+        """(d_in, d_out) of each LoRA-targetable projection of one decoder layer."""
+        h, f, kv = self.hidden, self.intermediate, self.kv
+        q = self.heads * self.dim
+        return {
+            "q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h),
+        }
+
+    def base_params(self) -> int:
+        """Every parameter of the frozen base: embeddings (+ an untied head), L layers, the final norm."""
+        h, kv, q = self.hidden, self.kv, self.heads * self.dim
+        per_layer = sum(i * o for i, o in self.module_widths().values()) + 2 * h
+        if self.qkv_bias:
+            per_layer += q + 2 * kv
+        return self.vocab * h * (1 if self.tied_embeddings else 2) + self.layers * per_layer + h
+
+
+def lora_params(dims: ModelDims, rank: int, targets: tuple[str, ...] | list[str]) -> int:
+    """P = L x r x sum over the target modules of (d_in + d_out): one adapter's parameters."""
+    widths = dims.module_widths()
+    unknown = sorted(set(targets) - set(widths))
+    if unknown:
+        raise PlanInputError(f"lora.target_modules {unknown} are not projections the plan knows ({sorted(widths)})")
+    return dims.layers * rank * sum(sum(widths[t]) for t in targets)
+
+
+def load_model_dims(config: Config) -> ModelDims:
+    """The widths of ``model.path``: its ``config.json`` (no weights read), or the tiny model's build settings."""
+    if config.model.path == "tiny":
+        from tinycoder.build import variant_settings
+
+        settings = variant_settings(config.model.tiny_variant)
+        shape = settings.model
+        return ModelDims(shape.hidden, shape.intermediate, shape.layers, shape.hidden // 64, shape.kv_heads,
+                         settings.vocab_size, tied_embeddings=True)
+    path = Path(config.model.path) / "config.json"
+    if not path.is_file():
+        raise PlanInputError(f"no config.json in model.path={config.model.path}: the memory plan needs the model's widths")
+    return ModelDims.from_config_json(json.loads(path.read_text()))
+
+
+# ---------------------------------------------------------------------------------------------- learner
+
+
+@dataclass(frozen=True)
+class LearnerShape:
+    """What one learner's peak depends on besides the model."""
+
+    slots: int  # adapters this learner owns
+    rank: int
+    targets: tuple[str, ...]
+    dtype_bytes: int  # base (compute) dtype
+    micro_batch_tokens: int
+    max_seq_len: int  # the longest row of a padded micro-batch
+    checkpointing: bool
+    logit_chunk_tokens: int  # 0 = all loss tokens at once
+    entropy: bool = False
+    padded: bool = True  # a padding mask is passed (the learners' default pad batching)
+    loss_tokens: int | None = None  # completion tokens of a micro-batch (None: every token, the worst case)
+
+
+def layer_saved_bytes(dims: ModelDims, shape: LearnerShape) -> int:
+    """Bytes per token that one decoder layer saves for backward (the table in the module docstring)."""
+    h, f, b, r = dims.hidden, dims.intermediate, shape.dtype_bytes, shape.rank
+    kv_saved = h if shape.padded else dims.kv
+    targets = set(shape.targets)
+    lora_inputs = b * h * bool(targets & {"q_proj", "k_proj", "v_proj"}) + b * h * bool(targets & {"gate_proj", "up_proj"})
+    lora_inputs += b * f * ("down_proj" in targets)
+    return (
+        2 * (4 * h + 4)
+        + lora_inputs
+        + b * r * len(targets)
+        + b * (dims.heads * dims.dim + 2 * kv_saved) + b * dims.heads * dims.dim + 4 * dims.heads
+        + 3 * b * f
+        + (b * shape.max_seq_len if shape.padded else 0)
+    )
+
+
+def logits_bytes_per_token(dims: ModelDims, shape: LearnerShape) -> int:
+    """V (b + 4 + 4) per loss token alive at the logits' backward (+4 V with the entropy term)."""
+    return dims.vocab * (shape.dtype_bytes + 8 + (4 if shape.entropy else 0))
+
+
+def learner_components(dims: ModelDims, shape: LearnerShape) -> dict[str, int]:
+    """One learner's bytes by component (the base excluded: it is counted once per GPU)."""
+    n, b, layers = shape.micro_batch_tokens, shape.dtype_bytes, dims.layers
+    p = lora_params(dims, shape.rank, shape.targets)
+    per_layer = layer_saved_bytes(dims, shape)
+    casts = 0 if b == 4 else b * p * shape.slots // layers  # per layer: bf16 copies of the present factors
+    mask = n * shape.max_seq_len if shape.padded else 0  # the boolean padding mask, 1 byte per (query, key)
+    final_norm = n * (4 * dims.hidden + 4)
+    one_layer = n * per_layer + casts
+    if shape.checkpointing:
+        saved = n * layers * b * dims.hidden + mask + final_norm
+        layer_backward = one_layer + n * (3 * b * dims.intermediate + 8 * dims.hidden)
+    else:
+        saved = layers * one_layer + mask + final_norm
+        layer_backward = n * (3 * b * dims.intermediate + 8 * dims.hidden)
+    loss = shape.loss_tokens if shape.loss_tokens is not None else n
+    chunk = min(shape.logit_chunk_tokens, loss) if shape.logit_chunk_tokens > 0 else loss
+    logits = chunk * logits_bytes_per_token(dims, shape)
+    policy = ACTIVATION_CALIBRATION * (saved + max(logits, layer_backward))
+    no_grad = ACTIVATION_CALIBRATION * (n * (3 * b * dims.intermediate + 4 * b * dims.hidden) + chunk * dims.vocab * (b + 8))
+    return {
+        "adapters (fp32 weights, grads, AdamW)": 16 * p * shape.slots,
+        "activations + logits (policy pass)": int(max(policy, no_grad)),
+    }
+
+
+def learner_peak(dims: ModelDims, shape: LearnerShape) -> int:
+    return sum(learner_components(dims, shape).values())
+
+
+# -------------------------------------------------------------------------------------------- inference
+
+
+def kv_bytes_per_token(dims: ModelDims, dtype_bytes: int) -> int:
+    """2 (K and V) x kv_heads x head dim x b x L."""
+    return 2 * dims.kv * dtype_bytes * dims.layers
+
+
+# ------------------------------------------------------------------------------------------------- plan
+
+
+@dataclass
+class DeviceRow:
+    """One device of the plan: its capacity (or budget), what is on it, and by how much it fits."""
+
+    device: str
+    capacity: int
+    items: dict[str, int] = field(default_factory=dict)
+    note: str = ""
+    knob: str = ""  # what to change when it does not fit
+
+    @property
+    def need(self) -> int:
+        return sum(self.items.values())
+
+    @property
+    def headroom(self) -> int:
+        return self.capacity - self.need
+
+
+@dataclass
+class MemoryPlan:
+    rows: list[DeviceRow]
+    capacity_source: str
+    activation_checkpointing: bool
+    max_micro_batch_tokens: int | None = None
+
+    @property
+    def fits(self) -> bool:
+        return all(row.headroom >= 0 for row in self.rows)
+
+    def verdict(self) -> str:
+        """The one closing line: ``memory: fits (...)`` or ``memory: does not fit: ...`` naming the knob."""
+        if self.fits:
+            row = min(self.rows, key=lambda r: r.headroom)
+            return f"memory: fits (smallest headroom {row.headroom / GiB:.1f} GiB on {row.device})"
+        groups: dict[str, list[str]] = {}  # identical devices (the replicas, the learner GPUs) share one message
+        for r in self.rows:
+            if r.headroom < 0:
+                groups.setdefault(f"needs {r.need / GiB:.1f} GiB of {r.capacity / GiB:.1f} GiB: {r.knob}", []).append(r.device)
+        return "memory: does not fit: " + "; ".join(f"{', '.join(devices)} {message}" for message, devices in groups.items())
+
+    def render(self) -> str:
+        lines = [f"# memory plan (GPU capacity: {self.capacity_source}; "
+                 f"activation checkpointing {'on' if self.activation_checkpointing else 'off'})"]
+        for row in self.rows:
+            lines.append(f"{row.device:<10} need {row.need / GiB:7.2f} of {row.capacity / GiB:7.2f} GiB, "
+                         f"headroom {row.headroom / GiB:7.2f} GiB  {row.note}".rstrip())
+            for name, nbytes in row.items.items():
+                lines.append(f"{'':<12}{nbytes / GiB:8.2f} GiB  {name}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fits": self.fits,
+            "capacity_source": self.capacity_source,
+            "activation_checkpointing": self.activation_checkpointing,
+            "devices": [{"device": r.device, "capacity": r.capacity, "need": r.need, "headroom": r.headroom,
+                         "items": r.items, "note": r.note} for r in self.rows],
+        }
+
+
+@dataclass(frozen=True)
+class HostView:
+    """This machine's memory: RAM and the size of the RAM-backed directory the shared base goes to."""
+
+    ram_bytes: int
+    shm_bytes: int
+    shm_path: str = "/dev/shm"
+
+
+def _members_per_shard(config: Config, role: str, shards: int, shard: int) -> int:
+    if config.population.single_agent:
+        return 1
+    count = config.population.teachers if role == "teacher" else config.population.students
+    return len(range(shard, count, shards))
+
+
+def _learner_shape(config: Config, slots: int, checkpointing: bool, micro_batch_tokens: int | None = None) -> LearnerShape:
+    return LearnerShape(
+        slots=max(1, slots), rank=config.lora.rank, targets=tuple(config.lora.target_modules),
+        dtype_bytes=DTYPE_BYTES[config.model.dtype],
+        micro_batch_tokens=micro_batch_tokens or config.rl.micro_batch_tokens,
+        max_seq_len=config.model.max_seq_len, checkpointing=checkpointing,
+        logit_chunk_tokens=config.rl.logit_chunk_tokens, entropy=config.rl.entropy_coef > 0,
+    )
+
+
+def _learner_rows(config: Config, dims: ModelDims, placement: PlacementPlan, checkpointing: bool,
+                  gpu_bytes: int, micro_batch_tokens: int | None = None) -> list[DeviceRow]:
+    base = dims.base_params() * DTYPE_BYTES[config.model.dtype]
+    rows: dict[int, DeviceRow] = {}
+    for actor in placement.actors:
+        if not actor.role.startswith("learner") or not actor.gpu_ids:
+            continue
+        gpu = actor.gpu_ids[0]
+        role = actor.role.removeprefix("learner-")
+        shard = int(actor.name.rsplit("-", 1)[1]) if actor.name.count("-") == 2 else 0
+        slots = _members_per_shard(config, role, placement.learner_shards, shard)
+        row = rows.get(gpu)
+        if row is None:
+            row = rows[gpu] = DeviceRow(
+                f"GPU {gpu}", gpu_bytes, {"frozen base (one copy, shared)": base}, note="learners",
+                knob="lower rl.micro_batch_tokens" + ("" if checkpointing else ", set rl.activation_checkpointing=on")
+                     + ", lower rl.logit_chunk_tokens, or raise resources.learner_gpus",
+            )
+        shape = _learner_shape(config, slots, checkpointing, micro_batch_tokens)
+        for name, nbytes in learner_components(dims, shape).items():
+            row.items[f"{actor.name}: {name}"] = nbytes
+        row.items[f"{actor.name}: CUDA context"] = CUDA_CONTEXT_BYTES
+        row.note = f"learners ({', '.join(n.split(':')[0] for n in row.items if n.endswith('CUDA context'))})"
+    return list(rows.values())
+
+
+def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int) -> list[DeviceRow]:
+    args = config.inference.vllm_engine_args
+    b = DTYPE_BYTES[config.model.dtype]
+    tp = config.resources.tensor_parallel_size
+    util = float(args.get("gpu_memory_utilization", VLLM_DEFAULT_UTILIZATION))
+    seqs = int(args.get("max_num_seqs", VLLM_DEFAULT_MAX_NUM_SEQS))
+    max_len = int(args.get("max_model_len", config.model.max_seq_len))
+    batched = int(args.get("max_num_batched_tokens", VLLM_DEFAULT_BATCHED_TOKENS))
+    adapters = 1 if config.population.single_agent else config.population.teachers + config.population.students
+    max_loras = int(args.get("max_loras", adapters))
+    from actors.engines.vllm_engine import vllm_lora_rank  # imports neither vLLM nor Ray
+
+    rank = vllm_lora_rank(config.lora.rank)
+    kv_token = kv_bytes_per_token(dims, b)
+    h, f = dims.hidden, dims.intermediate
+    items = {
+        "weights": dims.base_params() * b // tp,
+        f"LoRA slots ({max_loras} x rank {rank})": max_loras * lora_params(dims, rank, config.lora.target_modules) * b // tp,
+        f"forward workspace ({batched} batched tokens) + sampler logits ({seqs} x V fp32)":
+            batched * (4 * h + 3 * f) * b // tp + 2 * seqs * dims.vocab * 4,
+        f"KV cache: {seqs} seqs x {max_len} tokens x {kv_token // 1024} KiB": seqs * max_len * kv_token // tp,
+    }
+    if not args.get("enforce_eager", False):
+        items["CUDA graphs"] = CUDA_GRAPHS_BYTES
+    fixed = sum(v for k, v in items.items() if not k.startswith("KV cache"))
+    fit_seqs = max(0, int((util * gpu_bytes - fixed) // (max_len * kv_token / tp)))
+    rows = []
+    for actor in placement.by_role("inference"):
+        if not actor.gpu_ids:
+            continue
+        rows.append(DeviceRow(
+            f"GPU {actor.gpu_ids[0]}" + (f"-{actor.gpu_ids[-1]}" if len(actor.gpu_ids) > 1 else ""),
+            int(util * gpu_bytes), dict(items), note=f"{actor.name} (vLLM budget: {util:g} x capacity)",
+            knob=f"lower inference.vllm_engine_args.max_num_seqs (at most {fit_seqs} sequences of {max_len} tokens fit) "
+                 "or model.max_seq_len, or raise inference.vllm_engine_args.gpu_memory_utilization",
+        ))
+    return rows
+
+
+def _host_row(config: Config, dims: ModelDims, placement: PlacementPlan, host: HostView, checkpointing: bool) -> DeviceRow:
+    """The shared base in /dev/shm; on CPU-only runs also the learners and the inference engine in RAM."""
+    b = DTYPE_BYTES[config.model.dtype]
+    base = dims.base_params() * b
+    cpu_learners = [a for a in placement.actors if a.role.startswith("learner") and not a.gpu_ids]
+    if not cpu_learners and not any(not a.gpu_ids for a in placement.by_role("inference")):
+        return DeviceRow(f"host {host.shm_path}", host.shm_bytes, {"shared base file (learners map it)": base},
+                         note="RAM-backed", knob=f"enlarge {host.shm_path} (docker run --shm-size) to hold the base")
+    items = {f"shared base in {host.shm_path}": base}
+    for actor in cpu_learners:
+        role = actor.role.removeprefix("learner-")
+        slots = _members_per_shard(config, role, placement.learner_shards, 0)
+        for name, nbytes in learner_components(dims, _learner_shape(config, slots, checkpointing)).items():
+            items[f"{actor.name}: {name}"] = nbytes
+    for actor in placement.by_role("inference"):
+        if not actor.gpu_ids:
+            items[f"{actor.name}: weights (its own copy)"] = base
+    return DeviceRow("host RAM", host.ram_bytes, items, note=f"{host.shm_path} holds {host.shm_bytes / GiB:.1f} GiB",
+                     knob="lower rl.micro_batch_tokens or run on a machine with more memory")
+
+
+def plan_memory(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int, host: HostView,
+                capacity_source: str = "config", checkpointing: bool | None = None) -> MemoryPlan:
+    """The plan of ``config``; ``checkpointing=None`` resolves ``rl.activation_checkpointing`` (auto: on iff needed)."""
+    if checkpointing is None:
+        setting = config.rl.activation_checkpointing
+        checkpointing = setting == "on" or (
+            setting == "auto" and not plan_memory(config, dims, placement, gpu_bytes, host, capacity_source, False).fits
+        )
+    rows = _inference_rows(config, dims, placement, gpu_bytes)
+    rows += _learner_rows(config, dims, placement, checkpointing, gpu_bytes)
+    rows.sort(key=lambda r: int(r.device.split()[1].split("-")[0]))
+    rows.append(_host_row(config, dims, placement, host, checkpointing))
+    plan = MemoryPlan(rows, capacity_source, checkpointing)
+    plan.max_micro_batch_tokens = max_micro_batch_tokens(config, dims, placement, gpu_bytes, checkpointing)
+    if plan.max_micro_batch_tokens is not None:
+        for row in rows:
+            if row.note.startswith("learners"):
+                row.knob = row.knob.replace("lower rl.micro_batch_tokens",
+                                            f"lower rl.micro_batch_tokens (at most {plan.max_micro_batch_tokens} fit)")
+    return plan
+
+
+def max_micro_batch_tokens(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int,
+                           checkpointing: bool) -> int | None:
+    """The largest ``rl.micro_batch_tokens`` whose learner GPUs fit (bisection; None without learner GPUs)."""
+    def fits(tokens: int) -> bool:
+        return all(r.headroom >= 0 for r in _learner_rows(config, dims, placement, checkpointing, gpu_bytes, tokens))
+
+    if not config.resources.learner_gpus:
+        return None
+    lo, hi = 0, 1 << 24
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def with_resolved_checkpointing(config: Config, plan: MemoryPlan) -> Config:
+    """``config`` with ``rl.activation_checkpointing`` 'auto' replaced by the plan's decision ('on' / 'off')."""
+    if config.rl.activation_checkpointing != "auto":
+        return config
+    decided = "on" if plan.activation_checkpointing else "off"
+    return config.model_copy(update={"rl": config.rl.model_copy(update={"activation_checkpointing": decided})})
+
+
+__all__ = [
+    "HostView", "LearnerShape", "MemoryPlan", "ModelDims", "PlanInputError", "kv_bytes_per_token", "layer_saved_bytes",
+    "learner_components", "learner_peak", "load_model_dims", "lora_params", "plan_memory",
+    "with_resolved_checkpointing",
+]

@@ -1,0 +1,208 @@
+"""The memory plan: the 7B arithmetic, the derivation of saved activations, fit and refusal, the dry run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from actors.memory_plan import (
+    GiB,
+    HostView,
+    LearnerShape,
+    ModelDims,
+    PlanInputError,
+    kv_bytes_per_token,
+    layer_saved_bytes,
+    learner_components,
+    load_model_dims,
+    lora_params,
+    plan_memory,
+    with_resolved_checkpointing,
+)
+from actors.placement import plan_placement
+from configs import PRESETS_DIR, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN25_7B_CONFIG = {  # Qwen2.5-7B's public config.json (the fields the plan reads and a few more)
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+    "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+HOST = HostView(ram_bytes=1024 * GiB, shm_bytes=512 * GiB)
+
+
+@pytest.fixture
+def qwen7b_dir(tmp_path) -> Path:
+    """A directory holding only Qwen2.5-7B's config.json (no weights, no tokenizer)."""
+    (tmp_path / "config.json").write_text(json.dumps(QWEN25_7B_CONFIG))
+    return tmp_path
+
+
+def preset(name: str, model_dir: Path, *overrides: str):
+    return load_config(PRESETS_DIR / name, [f"model.path={model_dir}", *overrides])
+
+
+def plan_of(config, gpu_gib: float = 80.0):
+    return plan_memory(config, load_model_dims(config), plan_placement(config), int(gpu_gib * GiB), HOST)
+
+
+def test_7b_arithmetic_matches_the_reference_numbers(qwen7b_dir):
+    dims = load_model_dims(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir))
+    assert dims.dim == 128 and dims.kv == 512
+    assert dims.base_params() == pytest.approx(7.6e9, rel=0.01)  # 15.2 GB in bfloat16
+    assert lora_params(dims, 64, list(dims.module_widths())) == 64 * 2_523_136 == 161_480_704
+    assert kv_bytes_per_token(dims, 2) == 2 * 4 * 128 * 2 * 28 == 57_344
+
+
+def test_learner_state_is_sixteen_bytes_per_adapter_parameter(qwen7b_dir):
+    dims = load_model_dims(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir))
+    shape = LearnerShape(slots=2, rank=64, targets=tuple(dims.module_widths()), dtype_bytes=2, micro_batch_tokens=1024,
+                         max_seq_len=1024, checkpointing=True, logit_chunk_tokens=1024)
+    assert learner_components(dims, shape)["adapters (fp32 weights, grads, AdamW)"] == 16 * 161_480_704 * 2
+
+
+def test_checkpointing_and_chunking_shrink_the_peak(qwen7b_dir):
+    dims = load_model_dims(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir))
+    kw = dict(slots=2, rank=64, targets=tuple(dims.module_widths()), dtype_bytes=2, micro_batch_tokens=16384, max_seq_len=8192)
+    act = "activations + logits (policy pass)"
+    plain = learner_components(dims, LearnerShape(**kw, checkpointing=False, logit_chunk_tokens=0))[act]
+    ckpt = learner_components(dims, LearnerShape(**kw, checkpointing=True, logit_chunk_tokens=0))[act]
+    both = learner_components(dims, LearnerShape(**kw, checkpointing=True, logit_chunk_tokens=1024))[act]
+    assert ckpt < plain / 4 and both < ckpt / 2
+    assert plain > 100 * GiB and both < 16 * GiB  # tens of GB per 8k-token sample without either (the issue's arithmetic)
+
+
+def _saved_bytes_per_layer(dtype, padded: bool) -> tuple[dict[str, int], int]:
+    """Bytes autograd saves in each decoder layer of the learners' real model (saved-tensor hooks, by storage)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from learners.multi_lora import LoRASpec, MultiLoRAModel
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(hidden_size=256, intermediate_size=1152, num_hidden_layers=3, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=False)
+    model = Qwen2ForCausalLM(cfg).to(dtype)
+    mlm = MultiLoRAModel(model, LoRASpec(rank=16, alpha=16, num_slots=2))
+    ids = torch.randint(0, 1000, (2, 128))
+    mask = torch.ones(2, 128, dtype=torch.long)
+    if padded:
+        mask[1, -10:] = 0
+    params = {p.untyped_storage().data_ptr() for p in mlm.parameters()}
+    where = ["outside"]
+    seen: dict[int, tuple[str, int]] = {}
+
+    def pack(t):
+        key = t.untyped_storage().data_ptr()
+        if key not in params and key not in seen:
+            seen[key] = (where[0], t.untyped_storage().nbytes())
+        return t
+
+    for i, layer in enumerate(model.model.layers):
+        layer.register_forward_pre_hook(lambda *_, i=i: where.__setitem__(0, f"layer{i}"))
+        layer.register_forward_hook(lambda *_: where.__setitem__(0, "outside"))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        mlm.set_adapter_index([0, 1])
+        model.model(input_ids=ids, attention_mask=mask, use_cache=False)
+    total: dict[str, int] = defaultdict(int)
+    for place, nbytes in seen.values():
+        total[place] += nbytes
+    return total, 2 * 128
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_layer_saved_bytes_equal_what_autograd_saves(padded):
+    """The docstring's per-token table, checked against the learner's autograd graph at small, distinct widths."""
+    import torch
+
+    total, tokens = _saved_bytes_per_layer(torch.bfloat16, padded)
+    dims = ModelDims(hidden=256, intermediate=1152, layers=3, heads=4, kv_heads=2, vocab=1000)
+    targets = tuple(dims.module_widths())
+    shape = LearnerShape(slots=2, rank=16, targets=targets, dtype_bytes=2, micro_batch_tokens=tokens, max_seq_len=128,
+                         checkpointing=False, logit_chunk_tokens=0, padded=padded)
+    casts = 2 * 2 * lora_params(dims, 16, targets) // dims.layers  # bf16 copies of both adapters' factors, per layer
+    predicted = tokens * layer_saved_bytes(dims, shape) + casts
+    # layer 0's input needs no gradient (embeddings are frozen), so its first norm saves less: compare a later layer
+    assert total["layer1"] == predicted
+    assert total["layer2"] == predicted
+
+
+def test_7b_preset_fits_80gb_with_headroom_on_every_gpu(qwen7b_dir):
+    plan = plan_of(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir))
+    assert [r.device for r in plan.rows[:8]] == [f"GPU {g}" for g in range(8)]
+    assert plan.fits, plan.verdict()
+    assert all(r.headroom > 1 * GiB for r in plan.rows)
+    assert plan.verdict().startswith("memory: fits (smallest headroom ")
+
+
+def test_single_agent_preset_fits(qwen7b_dir):
+    plan = plan_of(preset("qwen2.5-7b-single.yaml", qwen7b_dir))
+    assert plan.fits, plan.verdict()
+
+
+def test_too_large_micro_batch_is_refused_naming_the_knob(qwen7b_dir):
+    config = preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir)
+    limit = plan_of(config).max_micro_batch_tokens
+    assert limit is not None and limit >= config.rl.micro_batch_tokens
+    assert plan_of(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir, f"rl.micro_batch_tokens={limit}")).fits
+    refused = plan_of(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir, f"rl.micro_batch_tokens={limit + 1}"))
+    assert not refused.fits
+    verdict = refused.verdict()
+    assert verdict.startswith("memory: does not fit: ") and "rl.micro_batch_tokens" in verdict
+    assert "GPU 6" in verdict and "GPU 0" not in verdict
+
+
+def test_40gb_gpus_are_refused_naming_the_knobs(qwen7b_dir):
+    verdict = plan_of(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir), gpu_gib=40).verdict()
+    assert verdict.startswith("memory: does not fit: ")
+    assert "inference.vllm_engine_args.max_num_seqs" in verdict and "rl.micro_batch_tokens" in verdict
+
+
+def test_auto_checkpointing_turns_on_only_when_needed(qwen7b_dir):
+    big = preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir)
+    assert big.rl.activation_checkpointing == "auto"
+    plan = plan_of(big)
+    assert plan.activation_checkpointing and with_resolved_checkpointing(big, plan).rl.activation_checkpointing == "on"
+    assert not plan_of(big.model_copy(update={"rl": big.rl.model_copy(update={"activation_checkpointing": "off"})})).fits
+    tiny = load_config()
+    tiny_plan = plan_memory(tiny, load_model_dims(tiny), plan_placement(tiny), 80 * GiB, HOST)
+    assert tiny_plan.fits and not tiny_plan.activation_checkpointing
+    assert with_resolved_checkpointing(tiny, tiny_plan).rl.activation_checkpointing == "off"
+
+
+def test_small_shm_is_refused(qwen7b_dir):
+    config = preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir)
+    plan = plan_memory(config, load_model_dims(config), plan_placement(config), 80 * GiB, HostView(64 * GiB, 64 * 2**20))
+    assert not plan.fits and "--shm-size" in plan.verdict()
+
+
+def test_missing_config_json_is_a_plan_input_error(tmp_path):
+    with pytest.raises(PlanInputError, match="config.json"):
+        load_model_dims(preset("qwen2.5-7b-4t4s.yaml", tmp_path))
+
+
+def _launch(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run([sys.executable, "launch.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_dry_run_prints_the_table_from_a_config_only_directory(qwen7b_dir):
+    out = _launch("--dry-run", "--config", "configs/qwen2.5-7b-4t4s.yaml", f"model.path={qwen7b_dir}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1].startswith("memory: fits (smallest headroom ")
+    table = out.stdout.split("# memory plan")[1]
+    for gpu in range(8):
+        assert f"\nGPU {gpu} " in table
+    refused = _launch("--dry-run", "--config", "configs/qwen2.5-7b-4t4s.yaml", f"model.path={qwen7b_dir}",
+                      "resources.gpu_memory_gib=40")
+    assert refused.returncode == 1
+    last = refused.stdout.strip().splitlines()[-1]
+    assert last.startswith("memory: does not fit: ") and "max_num_seqs" in last
