@@ -206,3 +206,35 @@ def test_dry_run_prints_the_table_from_a_config_only_directory(qwen7b_dir):
     assert refused.returncode == 1
     last = refused.stdout.strip().splitlines()[-1]
     assert last.startswith("memory: does not fit: ") and "max_num_seqs" in last
+
+
+def test_gpu_check_without_cuda_records_every_part_and_writes_one_json(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this checks the CPU-side behaviour; on a GPU machine run bench/gpu_check.py itself")
+    out = tmp_path / "gpu_check.json"
+    proc = subprocess.run([sys.executable, "bench/gpu_check.py", "--out", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == json.loads(out.read_text())
+    assert set(report["parts"]) == {"gpu_tests", "memory_plan", "learner", "evolution"}
+    assert all(p["status"] in ("skipped", "not_run") and p["reason"] for p in report["parts"].values())
+    assert report["ok"] is False and report["cuda"]["available"] is False
+
+
+def test_gpu_check_sorts_ray_collection_errors_from_failures(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_check import junit_summary
+
+    xml = tmp_path / "r.xml"
+    xml.write_text(
+        '<testsuites><testsuite tests="3" failures="1" errors="1" skipped="1">'
+        '<testcase classname="tests.test_a" name="test_x"><failure message="assert 1 == 2"/></testcase>'
+        '<testcase classname="tests.test_system" name=""><error message="ImportError: import of ray halted"/></testcase>'
+        '<testcase classname="tests.test_b" name="test_y"><skipped/></testcase></testsuite></testsuites>'
+    )
+    summary = junit_summary(xml)
+    assert summary["failed"] == ["tests.test_a::test_x"] and summary["needs_ray"] == ["tests.test_system::"]
+    assert (summary["tests"], summary["failures"], summary["errors"], summary["skipped"]) == (3, 1, 1, 1)
