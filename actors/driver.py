@@ -74,6 +74,7 @@ def train(config: Config, resume: bool = False) -> int:
     from actors.cluster import connect
     from actors.loop import run_step
     from actors.placement import plan_placement
+    from actors.rollouts import StepPrompts
     from actors.system import System
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -90,6 +91,13 @@ def train(config: Config, resume: bool = False) -> int:
     run.create(config.model_copy(update={"run": config.run.model_copy(update={"run_dir": run.root})}))
 
     model_path = resolve_model(config)
+    try:  # before any actor starts: a chat style on a model without a chat template stops here
+        prompts = StepPrompts.from_config(config, model_path)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"[populora] prompts: style {config.tasks.prompt_style}, at most {prompts.budget} prompt tokens "
+          f"(max_seq_len {config.model.max_seq_len} - max_tokens {config.inference.max_tokens})", flush=True)
     plan = plan_placement(config)
     print(f"[populora] connecting: {connect(plan.totals(verifier_on_workers=False)['CPU'])}", flush=True)
     system = System.start(config, plan, model_path)
@@ -107,7 +115,7 @@ def train(config: Config, resume: bool = False) -> int:
     bar = tqdm(range(start_step, last_step + 1), desc=config.run.name, unit="step", file=sys.stderr, dynamic_ncols=True)
     try:
         for step in bar:
-            row = run_step(system, step)
+            row = run_step(system, step, prompts)
             run.append_metrics(row)
             system.publish_metrics(row)
             rows.append(row)

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any, Iterator
 import ray
 
 from actors.rollouts import (
+    StepPrompts,
+    bounded_validations,
+    drop_rejected_proposals,
+    drop_rejected_solves,
+    judge_items,
     parsed_proposals,
+    prompt_metrics,
     proposal_jobs,
     reference_counts,
     solve_jobs,
@@ -39,8 +45,12 @@ class PhaseTimer:
         self.seconds[phase] = round(time.perf_counter() - start, 4)
 
 
-def run_step(system: "System", step: int) -> dict[str, Any]:
-    """Run step ``step`` of the loop on the actors of ``system``; returns its metrics row."""
+def run_step(system: "System", step: int, prompts: StepPrompts) -> dict[str, Any]:
+    """Run step ``step`` of the loop on the actors of ``system``; returns its metrics row.
+
+    ``prompts`` words the prompts and bounds the tasks (``StepPrompts.from_config``). A request the
+    engine rejects (it does not fit the context) is dropped alone and counted in the row.
+    """
     cfg, league, timer = system.config, system.league, PhaseTimer()
     families, n_inputs = cfg.tasks.families, cfg.tasks.code_f_inputs
 
@@ -50,22 +60,26 @@ def run_step(system: "System", step: int) -> dict[str, Any]:
     with timer("propose"):
         counts = reference_counts(pairs, families, cfg.tasks.tasks_per_teacher)
         references = ray.get(league.references.remote(counts, cfg.tasks.references_k))
-        proposals = proposal_jobs(pairs, families, cfg.tasks.tasks_per_teacher, references, n_inputs)
+        proposals = proposal_jobs(pairs, families, cfg.tasks.tasks_per_teacher, references, n_inputs, prompts)
         outputs = system.generate([system.request(j.teacher, j.prompt, seed=system.seed(step, "p", i))
                                    for i, j in enumerate(proposals)])
         for job, (generation,) in zip(proposals, outputs):
             job.text, job.generation = generation.text, generation
+        proposals, dropped = drop_rejected_proposals(proposals)
 
     with timer("validate"):
-        validations = system.verifiers.validate(proposals, parsed_proposals(proposals, n_inputs), n_inputs)
+        validations = system.verifiers.validate(proposals, parsed_proposals(proposals, n_inputs, prompts), n_inputs)
+        validations = bounded_validations(validations, prompts)
 
     with timer("solve"):
-        solves = solve_jobs(proposals, validations)
+        solves = solve_jobs(proposals, validations, prompts)
         outputs = system.generate([system.request(s.student, s.prompt, n=cfg.tasks.rollouts_k,
                                                   seed=system.seed(step, "s", i)) for i, s in enumerate(solves)])
         for job, generations in zip(solves, outputs):
             job.generations = generations
-        judgements = system.verifiers.judge([(s.task, g.text) for s in solves for g in s.generations])
+        solves, validations, dropped_solves = drop_rejected_solves(solves, validations)
+        dropped += dropped_solves
+        judgements = system.verifiers.judge(judge_items(solves))
         per_job = [judgements[i * cfg.tasks.rollouts_k:(i + 1) * cfg.tasks.rollouts_k] for i in range(len(solves))]
         rho = solve_rates(len(proposals), solves, per_job)
 
@@ -80,4 +94,5 @@ def run_step(system: "System", step: int) -> dict[str, Any]:
     with timer("evolve"):
         events = system.evolve(step)  # empty except every E steps
 
-    return step_row(step, system, proposals, validations, solves, per_job, rho, samples, train_stats, events, timer.seconds)
+    return step_row(step, system, proposals, validations, solves, per_job, rho, samples, train_stats, events, timer.seconds,
+                    prompt_metrics(proposals, solves, dropped, prompts))

@@ -2,8 +2,16 @@
 
 The loop (``actors.loop``) calls these between the actor calls:
 
+- :class:`StepPrompts`: the prompt style (``tasks.prompt_style``), the model's tokenizer, the task
+  size limits and the context budget; built once before the actors start (a ``chat`` style on a
+  model without a chat template fails there).
 - :func:`proposal_jobs`: every matched teacher gets ``tasks_per_teacher`` proposal prompts, families
-  in rotation, each conditioned on K reference tasks from the buffers.
+  in rotation, each conditioned on K reference tasks from the buffers, trimmed (longest first) until
+  the prompt leaves room for ``max_tokens`` in the context.
+- :func:`parsed_proposals` / :func:`bounded_validations`: proposals over the size limits, or whose
+  student prompt would not fit the context, are invalid with the reason.
+- :func:`drop_rejected_proposals` / :func:`drop_rejected_solves`: a request the engine rejected (it
+  did not fit the context) is dropped alone and recorded as a :class:`DroppedRequest`.
 - :func:`solve_jobs`: every valid task becomes a student prompt for the teacher's matched student.
 - :func:`solve_rates`: rho per proposal, the solved fraction of its student's rollouts.
 - :func:`teacher_samples` / :func:`student_samples`: DESIGN.md's rewards on each completion; teacher
@@ -15,12 +23,16 @@ The loop (``actors.loop``) calls these between the actor calls:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Sequence
 
-from configs.schema import RewardsConfig
-from verifier.prompts import parse_proposal, student_prompt, teacher_prompt
+from configs.schema import Config, RewardsConfig
+from verifier.families import Validation
+from verifier.prompt_styles import Prompter, PromptStyleError, TaskRules
+from verifier.prompts import Proposal, parse_proposal, student_prompt, teacher_prompt
 from verifier.rewards import learnability_reward, student_reward, teacher_reward
+from verifier.task_limits import TaskLimits
 from verifier.tasks import Task
 
 
@@ -52,6 +64,8 @@ class ProposalJob:
     reference_program: str | None = None  # code_f: the program the teacher writes inputs for
     text: str = ""
     generation: Any = None
+    references: int = 0  # references shown (after trimming to the prompt budget)
+    references_dropped: int = 0  # references left out so the prompt fits
 
 
 @dataclass
@@ -61,6 +75,73 @@ class SolveJob:
     student: str
     prompt: str
     generations: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DroppedRequest:
+    """A generation request the engine rejected (it did not fit the context): no sample, no reward."""
+
+    role: str  # "teacher" or "student"
+    member: str
+    family: str
+    reason: str
+
+
+@dataclass
+class StepPrompts:
+    """How a step words its prompts and bounds its tasks.
+
+    ``prompter`` renders the style; its tokenizer (when present) counts tokens for the budget and
+    the token limits. ``budget`` = ``max_seq_len - max_tokens`` is the most tokens a prompt may
+    have so that prompt + ``max_tokens`` fits the context.
+    """
+
+    prompter: Prompter
+    limits: TaskLimits
+    max_seq_len: int
+    max_tokens: int
+
+    @classmethod
+    def from_config(cls, config: Config, model_path: str | Path | None = None, tokenizer: Any = None) -> "StepPrompts":
+        """Build from ``config``, loading the tokenizer of ``model_path`` unless one is given.
+
+        Raises :class:`PromptStyleError` for a ``chat`` style on a model without a chat template and
+        ``ValueError`` when ``inference.max_tokens`` leaves no room for a prompt in ``model.max_seq_len``.
+        """
+        if config.inference.max_tokens >= config.model.max_seq_len:
+            raise ValueError(
+                f"inference.max_tokens={config.inference.max_tokens} leaves no room for a prompt in "
+                f"model.max_seq_len={config.model.max_seq_len}; lower max_tokens or raise max_seq_len"
+            )
+        if tokenizer is None and model_path is not None:
+            tokenizer = load_tokenizer(model_path)
+        limits = TaskLimits.from_config(config.tasks, config.verifier.max_output_chars)
+        rules = TaskRules(limits, config.verifier.timeout_s, config.verifier.memory_mb, config.tasks.code_f_inputs)
+        prompter = Prompter(config.tasks.prompt_style, rules, tokenizer, source=str(model_path or "the model"))
+        return cls(prompter, limits, config.model.max_seq_len, config.inference.max_tokens)
+
+    @property
+    def budget(self) -> int:
+        return self.max_seq_len - self.max_tokens
+
+    def count_tokens(self, text: str) -> int | None:
+        """Tokens of ``text`` as the engine counts them, or None without a tokenizer."""
+        return self.prompter.count_tokens(text) if self.prompter.tokenizer is not None else None
+
+    @property
+    def token_counter(self) -> Any:
+        """``count_tokens`` when a tokenizer is present, else None (limits are then in characters only)."""
+        return self.prompter.count_tokens if self.prompter.tokenizer is not None else None
+
+
+def load_tokenizer(model_path: str | Path) -> Any:
+    """The model's tokenizer (what the engine tokenizes prompts with), from its local directory."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(model_path))
+    except (OSError, ValueError) as err:
+        raise PromptStyleError(f"cannot load the tokenizer of {model_path}: {err}") from err
 
 
 def advantage_group(sample: Sample, baseline: str) -> tuple:
@@ -80,9 +161,14 @@ def proposal_jobs(
     tasks_per_teacher: int,
     references: dict[str, list[list[Task]]],
     n_inputs: int,
+    prompts: StepPrompts | None = None,
 ) -> list[ProposalJob]:
     """Proposal prompts for each (teacher, student) pair; ``references[family]`` is consumed in order
-    (one list of K tasks per prompt of that family, sampled by the league's buffers)."""
+    (one list of K tasks per prompt of that family, sampled by the league's buffers).
+
+    With ``prompts`` the prompt is in its style and references are dropped (longest first) until it
+    fits the prompt budget; without, it is the compact prompt with every reference.
+    """
     jobs = []
     cursor = {family: 0 for family in families}
     for teacher, student in pairs:
@@ -91,7 +177,12 @@ def proposal_jobs(
             refs = references[family][cursor[family]]
             cursor[family] += 1
             program = refs[0].program if family == "code_f" else None
-            jobs.append(ProposalJob(teacher, student, family, teacher_prompt(family, refs, n_inputs=n_inputs), program))
+            if prompts is None:
+                prompt, kept = teacher_prompt(family, refs, n_inputs=n_inputs), len(refs)
+            else:
+                prompt, _, kept = prompts.prompter.fitted_teacher(family, refs, prompts.budget)
+            jobs.append(ProposalJob(teacher, student, family, prompt, program, references=kept,
+                                    references_dropped=len(refs) - kept))
     return jobs
 
 
@@ -104,16 +195,101 @@ def reference_counts(pairs: Sequence[tuple[str, str]], families: Sequence[str], 
     return counts
 
 
-def parsed_proposals(jobs: Sequence[ProposalJob], n_inputs: int) -> list[Any]:
-    return [parse_proposal(j.family, j.text, program=j.reference_program, n_inputs=n_inputs) for j in jobs]
+def truncated(generation: Any) -> bool:
+    """Whether a generation stopped at ``max_tokens`` (its answer may be cut off)."""
+    return getattr(generation, "finish_reason", None) == "length"
 
 
-def solve_jobs(jobs: Sequence[ProposalJob], validations: Sequence[Any]) -> list[SolveJob]:
+def parsed_proposals(jobs: Sequence[ProposalJob], n_inputs: int, prompts: StepPrompts | None = None) -> list[Proposal]:
+    """Parse each job's text (a cut-off malformed response says ``truncated``); with ``prompts`` a
+    proposal whose program, inputs or message is over the size limits gets that as its error."""
+    out = []
+    for j in jobs:
+        proposal = parse_proposal(j.family, j.text, program=j.reference_program, n_inputs=n_inputs,
+                                  truncated_at_limit=truncated(j.generation))
+        if prompts is not None and proposal.error is None:
+            proposal.error = prompts.limits.proposal_problem(j.family, proposal, prompts.token_counter)
+        out.append(proposal)
+    return out
+
+
+def student_prompt_of(task: Task, prompts: StepPrompts | None) -> str:
+    return student_prompt(task) if prompts is None else prompts.prompter.student(task)
+
+
+def bounded_validations(validations: Sequence[Validation], prompts: StepPrompts) -> list[Validation]:
+    """The validations with every valid task that breaks a size limit (its outputs, now known), or whose
+    student prompt would not leave ``max_tokens`` of room in the context, turned invalid with the reason."""
+    out = []
+    for v in validations:
+        if v.valid:
+            problem = prompts.limits.task_problem(v.task, prompts.token_counter)
+            if problem is None:
+                tokens = prompts.count_tokens(student_prompt_of(v.task, prompts))
+                if tokens is not None and tokens > prompts.budget:
+                    problem = (f"the task is too large to pose: its solver prompt is {tokens} tokens, over the prompt "
+                               f"budget of {prompts.budget} (model.max_seq_len {prompts.max_seq_len} - "
+                               f"inference.max_tokens {prompts.max_tokens})")
+            if problem is not None:
+                v = replace(v, valid=False, task=None, reason=problem)
+        out.append(v)
+    return out
+
+
+def solve_jobs(jobs: Sequence[ProposalJob], validations: Sequence[Any], prompts: StepPrompts | None = None) -> list[SolveJob]:
     return [
-        SolveJob(v.task, index, jobs[index].student, student_prompt(v.task))
+        SolveJob(v.task, index, jobs[index].student, student_prompt_of(v.task, prompts))
         for index, v in enumerate(validations)
         if v.valid
     ]
+
+
+def drop_rejected_proposals(jobs: Sequence[ProposalJob]) -> tuple[list[ProposalJob], list[DroppedRequest]]:
+    """Split off the proposal jobs whose request the engine rejected: they get no sample, reward or match."""
+    kept = [j for j in jobs if not j.generation.rejected]
+    dropped = [DroppedRequest("teacher", j.teacher, j.family, j.generation.error or "rejected")
+               for j in jobs if j.generation.rejected]
+    return kept, dropped
+
+
+def drop_rejected_solves(
+    solves: Sequence[SolveJob], validations: Sequence[Validation]
+) -> tuple[list[SolveJob], list[Validation], list[DroppedRequest]]:
+    """Split off the solve jobs whose request the engine rejected. Their rollouts are dropped, and their
+    task is not posable, so its proposal turns invalid with the engine's reason."""
+    kept, dropped, out = [], [], list(validations)
+    for s in solves:
+        if any(g.rejected for g in s.generations):
+            reason = next(g.error for g in s.generations if g.rejected) or "rejected"
+            dropped.append(DroppedRequest("student", s.student, s.task.family, reason))
+            out[s.proposal] = replace(out[s.proposal], valid=False, task=None, reason=f"the solver request was rejected: {reason}")
+        else:
+            kept.append(s)
+    return kept, out, dropped
+
+
+def judge_items(solves: Sequence[SolveJob]) -> list[tuple[Task, str, bool]]:
+    """(task, answer text, truncated) for every rollout of every solve job, in order."""
+    return [(s.task, g.text, truncated(g)) for s in solves for g in s.generations]
+
+
+def prompt_metrics(proposals: Sequence[ProposalJob], solves: Sequence[SolveJob], dropped: Sequence[DroppedRequest],
+                   prompts: StepPrompts) -> dict[str, Any]:
+    """The step's prompt sizes against the budget, references trimmed, and requests dropped (with reasons)."""
+    lengths = [len(j.generation.prompt_token_ids) for j in proposals if j.generation is not None]
+    lengths += [len(g.prompt_token_ids) for s in solves for g in s.generations[:1]]
+    reasons: dict[str, int] = {}
+    for d in dropped:
+        reasons[d.reason] = reasons.get(d.reason, 0) + 1
+    return {
+        "prompt_style": prompts.prompter.style,
+        "prompt_budget": prompts.budget,
+        "prompt_tokens_max": max(lengths, default=0),
+        "references_dropped": sum(j.references_dropped for j in proposals),
+        "dropped_requests": {"teacher": sum(d.role == "teacher" for d in dropped),
+                             "student": sum(d.role == "student" for d in dropped)},
+        "dropped_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:5]),
+    }
 
 
 def solve_rates(n_proposals: int, solves: Sequence[SolveJob], judgements: Sequence[Sequence[Any]]) -> list[float | None]:

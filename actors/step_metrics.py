@@ -5,6 +5,8 @@ Keys: ``step``, ``members`` (id, role, mu, sigma, conservative, parent, reward),
 ``student_reward``, ``program_*`` (mean complexity of the valid proposals' programs),
 ``coverage`` (distinct AST node-type n-grams seen so far), ``distinct_structures``, ``new_structures``, ``rho`` (histogram),
 ``matches``, ``per_family``, ``phase_seconds``, ``evolution``, ``train`` (per-member learner stats);
+``prompt_style``, ``prompt_budget``, ``prompt_tokens_max``, ``references_dropped``, ``dropped_requests``
+(per role) and ``dropped_reasons`` (requests the engine rejected because they did not fit the context);
 ``examples`` (a few raw proposals and answers) is moved by the driver to ``samples.jsonl``.
 """
 
@@ -70,7 +72,10 @@ def step_row(
     train_stats: dict[str, Any],
     events: list[dict[str, Any]],
     phase_seconds: dict[str, float],
+    prompts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The row; ``prompts`` (``actors.rollouts.prompt_metrics``: prompt sizes, trimmed references, dropped
+    requests with their reasons) is merged in."""
     programs = [v.task.program for v in validations if v.valid]
     complexity = [program_metrics(p) for p in programs]
     new = system.coverage.update(programs)
@@ -115,4 +120,5 @@ def step_row(
         "evolution": events,
         "train": train_stats,
         "examples": examples(proposals, validations, solves, judgements),
+        **(prompts or {}),
     }

@@ -86,6 +86,23 @@ class TasksConfig(Section):
     code_f_inputs: int = Field(4, ge=2, le=32, description="Inputs a code_f proposal gives (AZR: 10); half are shown to the student.")
     buffer_capacity: int = Field(256, ge=1, le=1_000_000, description="FIFO cap of each family's task buffer.")
     seed_file: Path | None = Field(None, description="Optional JSONL of seed tasks; default seeds with the identity program.")
+    prompt_style: Literal["compact", "r1", "chat"] = Field(
+        "compact",
+        description="Prompt layout (docs/prompts.md): 'compact' for the built-in tiny model (trained on it), 'r1' for base "
+        "models (AZR-style dialogue with every rule a task must meet), 'chat' for instruct models (the r1 content through "
+        "the tokenizer's chat template; a model without one is refused at start-up).",
+    )
+    max_program_chars: int = Field(4000, ge=16, le=1_000_000, description="Longest program a valid task may have, in characters.")
+    max_program_tokens: int = Field(1024, ge=4, le=262_144, description="Longest program a valid task may have, in model tokens.")
+    max_input_chars: int = Field(1000, ge=4, le=1_000_000, description="Longest input (argument list) of a valid task, in characters.")
+    max_input_tokens: int = Field(256, ge=1, le=262_144, description="Longest input of a valid task, in model tokens.")
+    max_output_chars: int = Field(
+        1000, ge=4, le=1_000_000,
+        description="Longest output repr of a valid task, in characters (verifier.max_output_chars caps it further).",
+    )
+    max_output_tokens: int = Field(256, ge=1, le=262_144, description="Longest output repr of a valid task, in model tokens.")
+    max_message_chars: int = Field(1000, ge=4, le=1_000_000, description="Longest code_f hint message, in characters.")
+    max_message_tokens: int = Field(256, ge=1, le=262_144, description="Longest code_f hint message, in model tokens.")
 
     @model_validator(mode="after")
     def _unique_families(self) -> "TasksConfig":

@@ -77,3 +77,124 @@ def test_advantage_groups_per_family_or_per_task():
     per_family = group_normalised_advantages(rewards, [advantage_group(s, "family") for s in rollouts], [1] * 4)
     assert per_task[:2].tolist() == [0.0, 0.0] and per_task[2] > 0 > per_task[3]
     assert per_family[0] > 0 and per_family[1] > 0
+
+
+# -- prompts in a style, bounded tasks, dropped requests ---------------------------------------------------------
+
+import pytest  # noqa: E402
+
+from actors.rollouts import (  # noqa: E402
+    StepPrompts,
+    bounded_validations,
+    drop_rejected_proposals,
+    drop_rejected_solves,
+    judge_items,
+    parsed_proposals,
+    prompt_metrics,
+)
+from configs import load_config  # noqa: E402
+from tests.conftest import build_tokenizer  # noqa: E402
+from verifier.families import Validation, validate_proposals  # noqa: E402
+from verifier.prompts import teacher_response  # noqa: E402
+from verifier.sandbox import Verifier  # noqa: E402
+from verifier.tasks import Task  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return build_tokenizer(tmp_path_factory.mktemp("rollouts_tok"))
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    with Verifier() as v:
+        yield v
+
+
+def step_prompts(tokenizer, *overrides: str) -> StepPrompts:
+    return StepPrompts.from_config(load_config(None, ["tasks.prompt_style=r1", *overrides]), tokenizer=tokenizer)
+
+
+def big_task(i: int, lines: int) -> Task:
+    body = "".join(f"    x{k} = a + {k} * {i}\n" for k in range(lines))
+    return Task("code_o", f"def f(a):\n{body}    return a", [str(i)], [str(i)])
+
+
+def test_references_are_trimmed_longest_first_to_the_prompt_budget(tokenizer):
+    refs = [big_task(i, lines=2 + 6 * (i % 4)) for i in range(16)]
+    bare = step_prompts(tokenizer, "model.max_seq_len=100000").prompter
+    room = bare.count_tokens(bare.teacher("code_o", [])) + 1500  # the framing and rules, and room for some references
+    prompts = step_prompts(tokenizer, f"model.max_seq_len={room + 256}", "inference.max_tokens=256", "tasks.references_k=16")
+    full = prompts.prompter.teacher("code_o", refs)
+    assert prompts.count_tokens(full) > prompts.budget  # all 16 would not fit
+    (job,) = proposal_jobs([("t0", "s0")], ["code_o"], 1, {"code_o": [refs]}, n_inputs=4, prompts=prompts)
+    assert prompts.count_tokens(job.prompt) <= prompts.budget == room
+    assert 0 < job.references < 16 and job.references + job.references_dropped == 16
+    kept = [t for t in refs if t.program in job.prompt]
+    assert len(kept) == job.references and max(len(t.program) for t in kept) <= min(
+        len(t.program) for t in refs if t not in kept)  # the longest went first
+
+
+def test_proposals_over_the_size_limits_are_invalid_with_the_reason(tokenizer, verifier):
+    prompts = step_prompts(tokenizer, "tasks.max_program_chars=200", "tasks.max_program_tokens=40",
+                           "tasks.max_input_chars=20", "tasks.max_output_chars=30")
+    cases = {
+        "long program": (big_task(1, 20).program, "1", "program is 4"),
+        "many tokens": ("def f(a):\n    return a  # " + "\u00e9\u4e2d" * 15, "1", "tokens, over the limit of 40 (tasks.max_program_tokens)"),
+        "long input": ("def f(a):\n    return 1", repr("x" * 30), "input is 32 characters, over the limit of 20 (tasks.max_input_chars)"),
+        "fine": ("def f(a):\n    return a * 2", "3", None),
+        "long output": ("def f(a):\n    return 'y' * a", "40", "output is 42 characters, over the limit of 30 (tasks.max_output_chars)"),
+    }
+    jobs = [ProposalJob("t0", "s0", "code_o", "p", text=teacher_response("code_o", program=p, inputs=[i]),
+                        generation=generation("t0")) for p, i, _ in cases.values()]
+    parsed = parsed_proposals(jobs, 4, prompts)
+    checked = bounded_validations(validate_proposals(verifier, "code_o", parsed), prompts)
+    for (name, (_, _, reason)), v in zip(cases.items(), checked):
+        if reason is None:
+            assert v.valid, (name, v.reason)
+        else:
+            assert not v.valid and reason in v.reason, (name, v.reason)
+    rho = [None if not v.valid else 0.5 for v in checked]
+    rewards = [s.reward for s in teacher_samples(jobs, rho, RewardsConfig(), single_agent=False)]
+    assert rewards == [-1.0, -1.0, -1.0, 0.5, -1.0]
+
+
+def test_a_task_whose_student_prompt_cannot_fit_is_invalid(tokenizer):
+    small, large = Task("code_o", "def f(a):\n    return a", ["1"], ["1"]), big_task(3, 60)
+    bare = step_prompts(tokenizer, "model.max_seq_len=100000").prompter
+    room = bare.count_tokens(bare.student(small)) + 200
+    prompts = step_prompts(tokenizer, f"model.max_seq_len={room + 256}", "inference.max_tokens=256")
+    assert prompts.count_tokens(prompts.prompter.student(large)) > prompts.budget
+    ok, too_large = bounded_validations([Validation(True, small, None), Validation(True, large, None)], prompts)
+    assert ok.valid and not too_large.valid and too_large.task is None
+    assert "too large to pose" in too_large.reason and f"budget of {prompts.budget}" in too_large.reason
+
+
+def rejected(member: str, n: int = 1) -> list[Generation]:
+    return [Generation("", [], [], member, 1, "rejected", error="request 0 does not fit the context: ...") for _ in range(n)]
+
+
+def test_rejected_requests_are_dropped_alone_and_counted(tokenizer):
+    prompts = step_prompts(tokenizer)
+    jobs = [ProposalJob("t0", "s0", "code_o", "p", generation=generation("t0")),
+            ProposalJob("t1", "s1", "code_i", "p", generation=rejected("t1")[0], references_dropped=2),
+            ProposalJob("t0", "s0", "code_f", "p", generation=generation("t0"), references_dropped=1)]
+    kept, dropped = drop_rejected_proposals(jobs)
+    assert kept == [jobs[0], jobs[2]] and [(d.role, d.member, d.family) for d in dropped] == [("teacher", "t1", "code_i")]
+    task = identity_task("code_o")
+    validations = [Validation(True, task, None), Validation(True, task, None)]
+    solves = [SolveJob(task, 0, "s0", "q", [generation("s0")] * 2), SolveJob(task, 1, "s0", "q", rejected("s0", 2))]
+    solves_kept, validations, dropped_solves = drop_rejected_solves(solves, validations)
+    assert solves_kept == solves[:1] and validations[0].valid and not validations[1].valid
+    assert "solver request was rejected" in validations[1].reason and dropped_solves[0].role == "student"
+    cut = Generation("x", [5], [-0.1], "s0", 1, "length", prompt_token_ids=[1] * 9)
+    assert judge_items([SolveJob(task, 0, "s0", "q", [generation("s0"), cut])]) == [(task, "x", False), (task, "x", True)]
+    row = prompt_metrics(kept, solves_kept, dropped + dropped_solves, prompts)
+    assert row["dropped_requests"] == {"teacher": 1, "student": 1} and row["references_dropped"] == 1
+    assert row["prompt_tokens_max"] == 3 and row["prompt_budget"] == prompts.budget and row["prompt_style"] == "r1"
+    assert sum(row["dropped_reasons"].values()) == 2
+
+
+def test_step_prompts_refuse_a_context_with_no_room(tokenizer):
+    with pytest.raises(ValueError, match="leaves no room for a prompt"):
+        step_prompts(tokenizer, "model.max_seq_len=256", "inference.max_tokens=256")

@@ -36,7 +36,7 @@ def test_validate_io_proposals_computes_outputs_in_the_sandbox(verifier):
     assert out[0].valid and out[0].task == Task("code_o", SORT_K, ["[5, 3, 9, 1], 2"], ["[1, 3]"])
     assert [v.status for v in out[1:]] == [Status.RUNTIME_ERROR, Status.FORBIDDEN, Status.BAD_INPUT, None, Status.TIMEOUT]
     assert not any(v.valid for v in out[1:]) and all(v.reason for v in out[1:])
-    assert "unparsable" in out[4].reason
+    assert out[4].reason == "invalid proposal: no <answer> in the response"
 
 
 def test_validate_code_f_needs_every_input_to_run(verifier):
