@@ -299,3 +299,19 @@ def test_a_response_cut_at_max_tokens_says_truncated(verifier):
     judged = judge_answers(verifier, [(TASKS["code_o"], cut, True), (TASKS["code_o"], done, True), (TASKS["code_o"], cut)])
     assert judged[0].reason.startswith("truncated: ") and judged[1].correct
     assert not judged[2].reason.startswith("truncated")
+
+
+def test_prompts_command_prints_every_family_with_token_counts(tiny_qwen2, capsys):
+    from verifier.__main__ import main
+
+    assert main(["prompts", "--style", "chat", "--model", str(tiny_qwen2), "--config", "configs/qwen2.5-7b-4t4s.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("===== chat teacher prompt") == 3 and out.count("===== chat student prompt") == 3
+    assert out.count("<|im_start|>system\n" + FRAMING) == 6
+    counts = [int(n) for n in re.findall(r"^----- (\d+) tokens; budget 4096 ", out, re.MULTILINE)]
+    assert len(counts) == 6 and all(n > 100 for n in counts)
+    assert "write 10 different inputs" in out  # the preset's code_f_inputs
+    assert main(["prompts", "--style", "r1", "--family", "code_i", "--role", "student"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("=====") == 2 and "characters (pass --model DIR for token counts)" in out
+    assert main(["prompts", "--style", "chat"]) == 2 and "pass --model DIR" in capsys.readouterr().out

@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from verifier.prompt_preview import add_command as add_prompts_command
+from verifier.prompt_preview import run as run_prompts
 from verifier.sandbox import Verifier
 
 
@@ -25,8 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--repeats", type=int, default=2, help="runs in separate processes (outputs must agree)")
     run.add_argument("--no-python-guards", action="store_true", help="leave only the operating-system layer (testing)")
     sub.add_parser("defences", help="print which defences are active on this machine")
+    add_prompts_command(sub)  # python -m verifier prompts --style r1 --family code_i [--model DIR]
     args = parser.parse_args(argv)
 
+    if args.command == "prompts":
+        return run_prompts(args)
     if args.command == "defences":
         with Verifier() as verifier:
             print(json.dumps(verifier.defences(), indent=2))
