@@ -139,3 +139,23 @@ def test_a_learner_that_cannot_see_the_checkpoint_directory_fails_clearly(system
     with pytest.raises(ray.exceptions.RayTaskError, match="holds another checkpoint's token"):
         ray.get(learner.restore.remote(str(tmp_path / "other"), "0123", "learners/0"))
     assert not Path(tmp_path / "other" / "learners").exists()
+
+
+def test_the_store_adopts_a_written_directory_by_rename(tmp_path):
+    import numpy as np
+
+    from actors.engines.adapter_store import AdapterStore, write_adapter_dir
+    from actors.engines.requests import AdapterLoadError
+
+    store = AdapterStore(root=tmp_path)
+    files = {CONFIG_NAME: b"{}", WEIGHTS_NAME: np.frombuffer(b"\x01\x02\x03", dtype=np.uint8)}  # bytes and views
+    incoming = write_adapter_dir(files, tmp_path / "incoming")
+    inode = (incoming / WEIGHTS_NAME).stat().st_ino
+    live = store.publish("s0", incoming, 3, move=True)
+    assert not incoming.exists() and (live / WEIGHTS_NAME).read_bytes() == b"\x01\x02\x03"
+    assert (live / WEIGHTS_NAME).stat().st_ino == inode  # renamed, not copied
+    copied = store.publish("s0", live, 4)
+    assert live.exists() and (copied / WEIGHTS_NAME).stat().st_ino != inode
+    with pytest.raises(AdapterLoadError, match="not a plain file name"):
+        write_adapter_dir({"../escape": b""}, tmp_path / "bad")
+    store.close()

@@ -3,7 +3,8 @@
 A learner publishes a new adapter version as a PEFT directory (``adapter_config.json`` +
 ``adapter_model.safetensors``). The engine copies it into a fresh directory of its own,
 ``<root>/<name>/v<version>-<seq>``, on a RAM-backed file system where there is one
-(``/dev/shm``). A new path per version matters to vLLM: its prefix cache is keyed by
+(``/dev/shm``), or takes it over by a rename when the caller hands it over (the inference actor writes
+the files it receives into a directory on that same file system). A new path per version matters to vLLM: its prefix cache is keyed by
 ``(name, path)``, and it re-reads an evicted adapter from its path, so a path must never change
 contents while a request may still use it. Engine calls are serialized, so when a version is
 replaced no request can still reference the old directory and it is deleted at once.
