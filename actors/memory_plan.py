@@ -34,8 +34,10 @@ chunk tokens (N when unchunked), T the longest row (``model.max_seq_len``).
   layer's activations are alive again while it is recomputed in backward;
 - the backward workspace of one layer, ``N (3 b f + 8 h)`` (the f-wide gradients of the MLP and float32
   norm gradients);
-- the logits: per loss token ``V (b + 4 + 4)`` bytes (the head's output, its float32 copy, the gradient of
-  log-softmax; +4 V with the entropy term) for c tokens when chunked, for every loss token (N) when not;
+- the logits: per loss token ``V (b + 12)`` bytes (the head's output, its float32 copy kept for backward, the
+  float32 exp temporary and gradient of log-softmax; +4 V with the entropy term) for c tokens when chunked,
+  for every loss token (N) when not. The derivation first had ``V (b + 8)``; ``bench/memory_plan.py``
+  measured one more float32 copy (+4 V), so it is counted;
 - the no-grad old-policy / reference passes: one layer's forward intermediates ``N (3 b f + 4 b h)`` and one
   chunk of logits (they run before the policy pass, so they count only when larger).
 
@@ -203,8 +205,8 @@ def layer_saved_bytes(dims: ModelDims, shape: LearnerShape) -> int:
 
 
 def logits_bytes_per_token(dims: ModelDims, shape: LearnerShape) -> int:
-    """V (b + 4 + 4) per loss token alive at the logits' backward (+4 V with the entropy term)."""
-    return dims.vocab * (shape.dtype_bytes + 8 + (4 if shape.entropy else 0))
+    """V (b + 12) per loss token alive at the logits' backward (+4 V with the entropy term)."""
+    return dims.vocab * (shape.dtype_bytes + 12 + (4 if shape.entropy else 0))
 
 
 def learner_components(dims: ModelDims, shape: LearnerShape) -> dict[str, int]:

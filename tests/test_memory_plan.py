@@ -75,7 +75,7 @@ def test_checkpointing_and_chunking_shrink_the_peak(qwen7b_dir):
     plain = learner_components(dims, LearnerShape(**kw, checkpointing=False, logit_chunk_tokens=0))[act]
     ckpt = learner_components(dims, LearnerShape(**kw, checkpointing=True, logit_chunk_tokens=0))[act]
     both = learner_components(dims, LearnerShape(**kw, checkpointing=True, logit_chunk_tokens=1024))[act]
-    assert ckpt < plain / 4 and both < ckpt / 2
+    assert ckpt < plain / 3 and both < ckpt / 2
     assert plain > 100 * GiB and both < 16 * GiB  # tens of GB per 8k-token sample without either (the arithmetic)
 
 
