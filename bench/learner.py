@@ -8,6 +8,9 @@ projections) runs, interleaved round-robin so machine noise hits every variant a
 - ``single``:  the same tokens all on one adapter (same model, same slots);
 - ``mixed8_bmm``: ``mixed8`` with the gather + bmm kernel;
 - ``mixed8_pack``: ``mixed8`` with packed rows (per-token routing, block-diagonal attention mask);
+- ``mixed8_chunk256``: ``mixed8`` with the LM head / log-softmax in chunks of 256 loss tokens, each
+  recomputed in backward (``logit_chunk_tokens``; the other variants' 1024 loss tokens fit one chunk);
+- ``mixed8_ckpt``: ``mixed8`` with every decoder layer checkpointed (recomputed in backward);
 - ``peft_seq``: PEFT with the same 8 adapters, one ``set_adapter`` pass (forward, backward, AdamW step)
   per adapter, the only way PEFT can train them.
 
@@ -87,11 +90,13 @@ def relabel(samples: list[Sample], slot: int) -> list[Sample]:
 class OursVariant:
     """One multi-adapter model + PolicyLearner configured for a variant."""
 
-    def __init__(self, base, strategy: str, batching: str, micro_tokens: int) -> None:
+    def __init__(self, base, strategy: str, batching: str, micro_tokens: int, checkpointing: bool = False,
+                 logit_chunk_tokens: int = 1024) -> None:
         self.model = MultiLoRAModel(base, LoRASpec(rank=RANK, alpha=ALPHA, num_slots=ADAPTERS), strategy=strategy,
                                     init_b_std=0.01, seed=0)
-        self.learner = PolicyLearner(self.model, AdapterOptimizers(self.model, lr=1e-5), PGConfig(),
-                                     UpdateConfig(micro_batch_tokens=micro_tokens, batching=batching), PAD)
+        config = UpdateConfig(micro_batch_tokens=micro_tokens, batching=batching, activation_checkpointing=checkpointing,
+                              logit_chunk_tokens=logit_chunk_tokens)
+        self.learner = PolicyLearner(self.model, AdapterOptimizers(self.model, lr=1e-5), PGConfig(), config, PAD)
 
     def step(self, samples: list[Sample]) -> None:
         self.learner.step(samples)
@@ -165,6 +170,8 @@ def bench_model(name: str, kwargs: dict, seqs: int, prompt: int, completion: int
     params = sum(p.numel() for n, p in ours.model.model.named_parameters() if "lora_" not in n)
     ours_bmm = OursVariant(build_base(kwargs), "bmm", "pad", micro)
     ours_pack = OursVariant(build_base(kwargs), "grouped", "pack", micro)
+    ours_chunk = OursVariant(build_base(kwargs), "grouped", "pad", micro, logit_chunk_tokens=256)
+    ours_ckpt = OursVariant(build_base(kwargs), "grouped", "pad", micro, checkpointing=True)
     peft = PeftSequential(build_base(kwargs), micro)
     mixed = make_samples(vocab, list(range(ADAPTERS)), seqs, prompt, completion, seed=1)
     single = relabel(mixed, 0)
@@ -174,6 +181,8 @@ def bench_model(name: str, kwargs: dict, seqs: int, prompt: int, completion: int
         "single": (ours.step, single),
         "mixed8_bmm": (ours_bmm.step, mixed),
         "mixed8_pack": (ours_pack.step, mixed),
+        "mixed8_chunk256": (ours_chunk.step, mixed),
+        "mixed8_ckpt": (ours_ckpt.step, mixed),
         "peft_seq": (peft.step, mixed),
     }, repeats)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -186,6 +195,8 @@ def bench_model(name: str, kwargs: dict, seqs: int, prompt: int, completion: int
         "vs_peft_sequential": round(med["peft_seq"] / med["mixed8"], 3),
         "bmm_vs_grouped_ratio": round(med["mixed8_bmm"] / med["mixed8"], 3),
         "pack_vs_pad_ratio": round(med["mixed8_pack"] / med["mixed8"], 3),
+        "chunk256_vs_plain_ratio": round(med["mixed8_chunk256"] / med["mixed8"], 3),
+        "ckpt_vs_plain_ratio": round(med["mixed8_ckpt"] / med["mixed8"], 3),
     }
 
 

@@ -21,6 +21,16 @@ above it; ``second_private_in_base_MiB`` (the second learner's private pages ins
 0 means no byte of the base was copied) shows the sharing directly. Progress goes to stderr, the last
 stdout line is one JSON object. Run: ``nice -n 10 python bench/learner_memory.py`` (about 14 minutes;
 needs about 16 GiB free for the 1.5B copy mode; ``--sizes 0.1B,0.5B`` for a lighter run).
+
+``--step-peaks`` measures instead what one learner step adds at Qwen2.5-7B's true widths (hidden 3584,
+intermediate 18944, 28 query / 4 KV heads, vocabulary 152,064; ``--layers`` decoder layers, default 1;
+bfloat16 base, tied embeddings to halve the process's weights, which changes no activation) with the 7B
+preset's LoRA (rank 64, alpha 128, all seven projections) and 4 adapters in a mixed batch of ``--loss-tokens``
+completion tokens: for activation checkpointing off/on x logits plain/chunked (``--chunk``), each in a fresh
+process, the peak resident set during the first ``PolicyLearner.step`` (forward, loss, backward, AdamW state
+created) over the resident set just before it (``/proc/self/clear_refs`` resets the high-water mark after
+the model is built, so building's transients do not count). About 1 minute per configuration with 1 thread
+and ~6 GiB per process at the defaults.
 """
 
 from __future__ import annotations
@@ -182,11 +192,93 @@ def run_size(size: str, settle_s: float) -> dict:
     }
 
 
+WIDTHS_7B = dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4, vocab_size=152064)
+
+
+def _proc_status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def step_peak_process(layers: int, checkpointing: bool, chunk: int, loss_tokens: int, threads: int, out: mp.Queue) -> None:
+    """One learner at 7B widths: build, settle, reset the high-water mark, one step; report the peak over the baseline."""
+    torch.set_num_threads(threads)
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from learners.adapter_optim import AdapterOptimizers
+    from learners.batching import Sample
+    from learners.multi_lora import LoRASpec, MultiLoRAModel
+    from learners.pg_loss import PGConfig
+    from learners.policy_learner import PolicyLearner, UpdateConfig
+
+    torch.manual_seed(0)
+    config = Qwen2Config(num_hidden_layers=layers, max_position_embeddings=4096, tie_word_embeddings=True, **WIDTHS_7B)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # initialise in bfloat16: no float32 transient of the weights
+    try:
+        base = Qwen2ForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(default)
+    slots = 4
+    model = MultiLoRAModel(base, LoRASpec(rank=64, alpha=128, num_slots=slots), init_b_std=1e-3, seed=0)
+    learner = PolicyLearner(model, AdapterOptimizers(model, lr=1e-5), PGConfig(),
+                            UpdateConfig(micro_batch_tokens=1 << 20, activation_checkpointing=checkpointing, logit_chunk_tokens=chunk), 0)
+    g = torch.Generator().manual_seed(0)
+    prompt, completion = 64, loss_tokens // slots
+    samples = []
+    for slot in range(slots):
+        ids = torch.randint(1, config.vocab_size, (prompt + completion,), generator=g).tolist()
+        samples.append(Sample(slot, ids[:prompt], ids[prompt:], reward=float(slot % 2) * 2 - 1))
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current resident set
+    baseline = _proc_status_kib("VmRSS")
+    t0 = time.perf_counter()
+    learner.step(samples)
+    seconds = time.perf_counter() - t0
+    out.put({"peak_over_baseline_MiB": round((_proc_status_kib("VmHWM") - baseline) / 1024, 1),
+             "baseline_MiB": round(baseline / 1024, 1), "step_s": round(seconds, 1)})
+
+
+def run_step_peaks(layers: int, loss_tokens: int, chunk: int, threads: int) -> dict:
+    ctx = mp.get_context("spawn")
+    results = {}
+    for checkpointing in (False, True):
+        for c in (0, chunk):
+            name = f"ckpt_{'on' if checkpointing else 'off'}_{'chunk' + str(c) if c else 'plain'}"
+            out = ctx.Queue()
+            proc = ctx.Process(target=step_peak_process, args=(layers, checkpointing, c, loss_tokens, threads, out))
+            proc.start()
+            try:
+                results[name] = out.get(timeout=1800)
+            finally:
+                proc.join(60)
+                if proc.is_alive():
+                    proc.kill()
+            log(f"[7B widths, {layers} layer(s), {loss_tokens} loss tokens] {name}: {results[name]}")
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="0.1B,0.5B,1.5B", help=f"comma-separated, from {sorted(SIZES)}")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds to wait before reading PSS")
+    parser.add_argument("--step-peaks", action="store_true", help="measure one step's peak at 7B widths instead")
+    parser.add_argument("--layers", type=int, default=1, help="decoder layers of the 7B-width model (--step-peaks)")
+    parser.add_argument("--loss-tokens", type=int, default=2048, help="completion tokens of the step's batch (--step-peaks)")
+    parser.add_argument("--chunk", type=int, default=1024, help="logit_chunk_tokens of the chunked variants (--step-peaks)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per measured process (--step-peaks)")
     args = parser.parse_args()
+    if args.step_peaks:
+        peaks = run_step_peaks(args.layers, args.loss_tokens, args.chunk, args.threads)
+        print(json.dumps({"layers": args.layers, "loss_tokens": args.loss_tokens, "chunk": args.chunk, "dtype": "bfloat16",
+                          "lora_rank": 64, "adapters": 4, "peaks": peaks}))
+        return
     sizes = [s for s in args.sizes.split(",") if s]
     unknown = [s for s in sizes if s not in SIZES]
     if unknown or not sizes:
