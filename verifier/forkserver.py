@@ -1,30 +1,39 @@
 """The fork server: a warm interpreter that forks one confined child per execution.
 
-``verifier.sandbox.Verifier`` starts it as ``python -S -s -B -c BOOTSTRAP <root> confine ...`` with an
-environment holding only ``PYTHONHASHSEED=0``, so every execution, on every machine, hashes strings
-the same way. Two stages:
+``verifier.sandbox.Verifier`` starts it as ``python -S -s -B -c BOOTSTRAP <root> serve <settings>``
+with an environment holding only ``PYTHONHASHSEED=0``, so every execution, on every machine, hashes
+strings the same way. The server
 
-1. ``confine``: cut the network (``unshare(CLONE_NEWNET)``, a new empty network namespace; without
-   root inside a new user namespace where the kernel allows one) and set ``PR_SET_NO_NEW_PRIVS``
-   through ctypes, then ``execv`` a fresh interpreter for stage 2.
-2. ``serve``: import every allowed module once, fork a zygote (``_Zygote``), then loop: read
-   requests (JSON lines on stdin), have the zygote clone a child per request (the server's own child,
-   through ``CLONE_PARENT``; the server forks itself where that is unavailable or the zygote died),
-   enforce the wall-clock deadline with ``killpg(SIGKILL)``, reap the child through a pidfd, write
-   one JSON result line per request on stdout. It exits on EOF.
+1. imports every allowed module once, binds the kernel calls it needs (``verifier.syscalls``) and
+   sets ``PR_SET_NO_NEW_PRIVS``; with ``server_user`` (root only) it then becomes that user;
+2. isolates itself (``verifier.namespaces``): new user, mount, network, PID, IPC and UTS
+   namespaces and an empty read-only root; it goes on as pid 1 of the new PID namespace while its
+   parent, the keeper, waits outside;
+3. makes one Landlock ruleset (``verifier.landlock``) that denies everything;
+4. forks a zygote (``_Zygote``), from a fresh thread so that the zygote's stack holds none of the
+   server's frames, then loops: read requests (JSON lines on stdin), have the zygote clone a child
+   per request (the server's own child, through ``CLONE_PARENT``; the server forks itself where
+   that is unavailable or the zygote died), enforce the wall-clock deadline with
+   ``killpg(SIGKILL)``, reap the child through a pidfd, write one JSON result line per request on
+   stdout. It exits on EOF.
 
-A child (``_child``) confines itself before it touches the program: a parent-death signal (no
-run outlives the server), new session and process
-group, stdin/stdout/stderr on /dev/null and every other descriptor closed except its result pipe,
-an empty environment, rlimits (CPU seconds, address space, file size 0, no new processes, few
-descriptors, no core), a fresh empty directory as chroot (as root) or working directory, and
-privileges dropped to an unprivileged uid of its own (as root). Then it runs the program with the
-Python-level guards of ``verifier.guard`` and writes ``status NUL error NUL output`` to the pipe.
+A child (``_child``) confines itself before it touches the program (``_confine_child``): new
+session and process group, stdin/stdout/stderr on /dev/null, an empty environment, rlimits (CPU
+seconds, address space, file size 0, no new processes, few descriptors, no core), as root a fresh
+empty directory as chroot and an unprivileged uid of its own, the Landlock ruleset, every other
+descriptor closed except its result pipe, a parent-death signal, and last the seccomp filter
+(``verifier.seccomp``). Then it forgets the privileged helpers (``_forget_privileged``), runs the
+program with the Python-level guards of ``verifier.guard`` and writes
+``status NUL error NUL output`` to the pipe. Each OS layer can be switched off (``layers``) to test
+that every other one holds alone.
 """
 
 from __future__ import annotations
 
+import _thread
+import base64
 import binascii
+import fcntl
 import gc
 import json
 import marshal
@@ -38,8 +47,11 @@ import sys
 import tempfile
 import time
 from collections import deque
+from typing import Any, Callable
 
-from verifier import guard
+from verifier import guard, landlock, namespaces, syscalls
+from verifier.outputs import value_problem
+from verifier.seccomp import for_pid, placeholder_offsets
 
 # Bootstrap run by ``python -S -c``: import this module without running ``verifier/__init__``.
 # ``-E``/``-I`` would also ignore PYTHONHASHSEED, so the host passes an environment holding nothing else.
@@ -52,98 +64,38 @@ BOOTSTRAP = (
     "import verifier.forkserver as server\n"
     "server.main(sys.argv[1:])\n"
 )
-CLONE_NEWNET = 0x40000000
-CLONE_NEWUSER = 0x10000000
-PR_SET_NO_NEW_PRIVS = 38
+# The operating-system layers a request-independent setting can switch off (all on by default).
+OS_LAYERS = ("namespaces", "landlock", "seccomp", "credentials", "process_limits")
 NOBODY = 65534
 UIDS_PER_SERVER = 64
 UID_BLOCKS = 4096
 RESULT_FD = 3
 CHILD_FDS = 8
 BAD_EXIT = 70
-PREPARED: tuple[dict, list[str]] = ({}, [])  # guarded builtins and the violations list, set by the server
-PR_SET_PDEATHSIG = 1
 CHILD_STATUSES = frozenset(
     {"ok", "no_entry_function", "forbidden", "runtime_error", "memory_limit", "output_too_large", "bad_output", "crashed"}
 )
-PRCTL = None  # libc prctl, set by the server
 CLONE_PARENT = 0x00008000
-SYS_CLONE = {"x86_64": 56, "aarch64": 220}  # clone(2) by machine; elsewhere the server forks itself
 
 
-def _confine_and_exec(root: str, uid_base: int, workers: int) -> None:
-    """Stage 1: new network namespace and no_new_privs, then exec the serving interpreter."""
-    import ctypes
+class Context:
+    """What a child needs to confine itself, made once by the server; ``CONTEXT`` holds it until a
+    child forgets it (``_forget_privileged``) right before the program runs."""
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    netns = libc.unshare(CLONE_NEWNET) == 0
-    if not netns and os.getuid() != 0:
-        netns = _unprivileged_netns(libc, root)
-    nnp = libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
-    argv = [sys.executable, *INTERPRETER_FLAGS, "-c", BOOTSTRAP, root, "serve", str(uid_base), str(workers), str(int(netns)), str(int(nnp))]
-    os.execv(sys.executable, argv)
-
-
-def _enter_user_and_net_namespace(libc, root: str) -> bool:
-    """unshare(CLONE_NEWUSER | CLONE_NEWNET) mapping only our own uid/gid; True when stage 2 can
-    still be started from inside (files of unmapped owners may become unreachable)."""
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
-        return False
-    try:
-        for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"), ("/proc/self/gid_map", f"{gid} {gid} 1")):
-            with open(path, "w") as fh:
-                fh.write(text)
-    except OSError:
-        pass  # the namespaces exist either way; without a map our uid reads as the overflow uid
-    return os.access(sys.executable, os.X_OK) and os.access(os.path.join(root, "verifier", "forkserver.py"), os.R_OK)
+    def __init__(self) -> None:
+        self.kernel: syscalls.Kernel | None = None
+        self.deny: Callable[[str], Any] = guard.fatal(RESULT_FD)
+        self.builtins: dict[str, Any] = {}
+        self.devnull = -1
+        self.host_root = False
+        self.credentials = False
+        self.process_limits = True
+        self.landlock_fd = -1
+        self.seccomp_program: bytes | None = None
+        self.seccomp_offset = 0
 
 
-def _unprivileged_netns(libc, root: str) -> bool:
-    """Without root: a new user namespace that owns a new network namespace. Tried first in a
-    throwaway child, because entering it cannot be undone. The capabilities the user namespace
-    grants are dropped again by the ``execv`` into stage 2 (our uid is not 0 in it)."""
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0 if _enter_user_and_net_namespace(libc, root) else 1)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        return _enter_user_and_net_namespace(libc, root)
-    return False
-
-
-def _load_libc() -> tuple:
-    """``prctl`` (for ``PR_SET_PDEATHSIG``, so no run outlives the server) and a raw
-    ``clone(CLONE_PARENT)`` for the zygote, from libc; each None where unavailable.
-
-    ctypes is dropped from ``sys.modules`` right after: a program cannot import it again (the
-    static check and the audit hook refuse, and a chrooted child has no files to load it from).
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-        clone = None
-        number = SYS_CLONE.get(os.uname().machine)
-        if number is not None:
-            syscall = libc.syscall
-            syscall.restype = ctypes.c_long
-            syscall.argtypes = [ctypes.c_long] * 6
-            get_errno = ctypes.get_errno
-            flags = CLONE_PARENT | int(signal.SIGCHLD)
-
-            def clone() -> int:
-                """A child of our parent (the server) that shares nothing with us; -errno on failure."""
-                pid = syscall(number, flags, 0, 0, 0, 0)
-                return pid if pid >= 0 else -get_errno()
-
-    except (ImportError, OSError, AttributeError):
-        return None, None
-    finally:
-        for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
-            del sys.modules[name]
-    return prctl, clone
+CONTEXT: Context | None = None
 
 
 def _import_allowed_modules() -> None:
@@ -157,28 +109,39 @@ def _address_space_in_use() -> int:
         return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _above_result_fd(fd: int) -> int:
+    """``fd`` moved to a number above ``RESULT_FD`` (a child puts its result pipe there first)."""
+    if fd > RESULT_FD:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, RESULT_FD + 1)
+    os.close(fd)
+    return moved
+
+
 def _set_limit(which: int, value: int) -> None:
     resource.setrlimit(which, (value, value))
 
 
-def _confine_child(workdir: str, uid: int, cpu_s: int, address_space: int, server: int) -> dict:
-    """Everything the child does to itself before running untrusted code; returns what succeeded."""
-    report = {"chroot": False, "uid": os.getuid(), "parent_death_signal": False}
+def _confine_child(ctx: Context, workdir: str, uid: int, cpu_s: int, address_space: int, server: int) -> dict:
+    """Everything the child does to itself before running untrusted code; returns what succeeded.
+    A layer that is on but fails to apply ends the child (CRASHED), never a weaker run."""
+    kernel = ctx.kernel
+    report = {"chroot": False, "uid": os.getuid(), "parent_death_signal": False, "landlock": False, "seccomp": False,
+              "process_limits": ctx.process_limits}
     os.setsid()
-    devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    os.closerange(RESULT_FD + 1, 1 << 20)
+        os.dup2(ctx.devnull, fd)
     # the environment was emptied and the signal dispositions set once in the server (``main``)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     _set_limit(resource.RLIMIT_AS, address_space)
-    _set_limit(resource.RLIMIT_FSIZE, 0)
-    _set_limit(resource.RLIMIT_NPROC, 0)
     _set_limit(resource.RLIMIT_CORE, 0)
     _set_limit(resource.RLIMIT_NOFILE, CHILD_FDS)
     _set_limit(resource.RLIMIT_MEMLOCK, 0)
     _set_limit(resource.RLIMIT_MSGQUEUE, 0)
-    if os.getuid() == 0:
+    if ctx.process_limits:
+        _set_limit(resource.RLIMIT_FSIZE, 0)
+        _set_limit(resource.RLIMIT_NPROC, 0)
+    if ctx.credentials:
         os.chroot(workdir)
         os.chdir("/")
         report["chroot"] = True
@@ -195,12 +158,35 @@ def _confine_child(workdir: str, uid: int, cpu_s: int, address_space: int, serve
             raise PermissionError("could not drop root privileges")
     else:
         os.chdir(workdir)
-    # armed last: a change of credentials clears the parent-death signal
-    if PRCTL is not None and PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+    if ctx.landlock_fd >= 0:
+        if landlock.restrict(kernel, ctx.landlock_fd) != 0:
+            raise PermissionError("could not apply the Landlock ruleset")
+        report["landlock"] = True
+    os.closerange(RESULT_FD + 1, 1 << 20)
+    # armed after the change of credentials, which clears it
+    if kernel is not None and kernel.prctl(syscalls.PR_SET_PDEATHSIG, int(signal.SIGKILL)) == 0:
         report["parent_death_signal"] = True
         if os.getppid() != server:  # the server died before the signal was armed (even before we ran)
             os._exit(BAD_EXIT)
+    if ctx.seccomp_program is not None:
+        if kernel.load_bpf(for_pid(ctx.seccomp_program, ctx.seccomp_offset, os.getpid())) != 0:
+            raise PermissionError("could not load the seccomp filter")
+        report["seccomp"] = True
     return report
+
+
+def _forget_privileged() -> tuple[dict[str, Any], Callable[[str], Any]]:
+    """Drop, in the child, everything a program could use to change its confinement or the policy:
+    the context (kernel calls, descriptors), the verifier's modules in ``sys.modules`` and this
+    module's references to them. Returns the guarded builtins and ``deny``, which the run needs."""
+    global CONTEXT, guard, landlock, namespaces, syscalls
+    ctx, CONTEXT = CONTEXT, None
+    table, deny = ctx.builtins, ctx.deny
+    ctx.__dict__.clear()
+    for name in [m for m in sys.modules if m == "verifier" or m.startswith("verifier.")]:
+        del sys.modules[name]
+    guard = landlock = namespaces = syscalls = None  # type: ignore[assignment]
+    return table, deny
 
 
 class _Pad:
@@ -222,7 +208,8 @@ def _perturb_allocator() -> None:
 
 def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bool) -> tuple[str, str | None, str]:
     """Load the compiled program and the literal arguments (prepared by ``verifier.preflight``), run
-    ``f(*args, **kwargs)``; returns (status, output repr or None, error)."""
+    ``f(*args, **kwargs)``; returns (status, output repr or None, error). A violation of the
+    Python layer never returns here: ``deny`` writes FORBIDDEN and ends the process."""
     try:
         code = marshal.loads(binascii.a2b_base64(code_b64))
         positional, keywords = marshal.loads(binascii.a2b_base64(args_b64))
@@ -231,13 +218,16 @@ def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bo
     except Exception as exc:
         return "crashed", None, f"undecodable request: {type(exc).__name__}"
     module = type(sys)("__main__")
-    table, violations = PREPARED
+    rules = guard
+    table, deny = _forget_privileged()
     if guards:
         module.__dict__["__builtins__"] = table
     sys.modules["__main__"] = module
     _perturb_allocator()
     if guards:
-        guard.install_audit_hook(violations)
+        rules.disarm(deny)
+        rules.install_audit_hook(deny)
+    del rules
     try:
         exec(code, module.__dict__)
         entry = module.__dict__.get("f")
@@ -245,18 +235,17 @@ def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bo
             return "no_entry_function", None, "the program defines no callable f"
         value = entry(*positional, **keywords)
         output = repr(value)
+        problem = value_problem(value)
     except MemoryError:
         return "memory_limit", None, "MemoryError: the program ran out of its memory limit"
     except BaseException as exc:  # SystemExit, KeyboardInterrupt and the like are program errors too
-        if violations:
-            return "forbidden", None, violations[0]
         return "runtime_error", None, f"{type(exc).__name__}: {exc}"[:300]
-    if violations:
-        return "forbidden", None, violations[0]
     if not isinstance(output, str):
         return "bad_output", None, "repr() did not return a string"
     if len(output) > max_output_chars:
         return "output_too_large", None, f"output repr has {len(output)} characters, the bound is {max_output_chars}"
+    if problem:
+        return "bad_output", None, problem
     return "ok", output, ""
 
 
@@ -265,7 +254,7 @@ def _child(request: dict, result_fd: int, workdir: str, uid: int, address_space:
     try:
         os.dup2(result_fd, RESULT_FD)
         cpu_s = int(math.ceil(request["timeout_s"])) + 1
-        report = _confine_child(workdir, uid, cpu_s, address_space, server)
+        report = _confine_child(CONTEXT, workdir, uid, cpu_s, address_space, server)
         if request.get("probe"):
             data = b"probe\0" + json.dumps(report).encode() + b"\0"
         else:
@@ -295,15 +284,21 @@ def _read_exactly(fd: int, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _zygote_main(requests: int, replies: int, clone, slot_writers: list[int], server: int) -> None:
-    """The zygote's loop: read ``size slot payload``, clone a child that runs it, answer its pid."""
-    if PRCTL is None or PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != server:
+def _zygote_main(kit: list) -> None:
+    """The zygote's loop: read ``size slot payload``, clone a child that runs it, answer its pid.
+
+    ``kit`` (emptied at once) holds the pipes, ``clone``, the slots' result pipes and the server's
+    pid; a cloned child deletes ``clone`` from this frame before it runs anything."""
+    requests, replies, clone, slot_writers, server, devnull = kit
+    kit.clear()
+    kernel = CONTEXT.kernel if CONTEXT is not None else None
+    if kernel is None or kernel.prctl(syscalls.PR_SET_PDEATHSIG, int(signal.SIGKILL)) != 0 or os.getppid() != server:
         return
-    devnull = os.open(os.devnull, os.O_RDWR)
+    del kernel
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     low = 3  # hold no descriptor of the server's (its stdin and stdout are the host's pipes)
-    for fd in sorted({requests, replies, *slot_writers}):
+    for fd in sorted({requests, replies, devnull, *slot_writers, CONTEXT.landlock_fd} - {-1}):
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 20)
@@ -314,6 +309,7 @@ def _zygote_main(requests: int, replies: int, clone, slot_writers: list[int], se
             return
         pid = clone()
         if pid == 0:
+            del clone
             request, workdir, uid, address_space = marshal.loads(payload)
             _child(request, slot_writers[int.from_bytes(head[4:], "little")], workdir, uid, address_space, server)
         os.write(replies, pid.to_bytes(8, "little", signed=True))
@@ -326,20 +322,39 @@ class _Zygote:
     ~200 per run for the server's own bookkeeping (measured). The zygote writes a few pages between
     clones, and its children are the server's (``clone(CLONE_PARENT)``), so the server still reaps
     them (exit status, rusage), signals them and is the parent their death signal watches.
+    It is forked from a new thread: its only stack starts there, so no frame of the server (and
+    nothing they hold) is reachable from a run's frames. That thread then parks for the server's
+    lifetime: a parent-death signal fires when the parent *thread* ends.
     Protocol on two pipes: ``size`` and ``slot`` (4 bytes each, little-endian) and a marshalled
     ``(request, workdir, uid, address_space)``; the answer is the pid (or -errno), 8 bytes.
     """
 
-    def __init__(self, clone, slot_writers: list[int]):
-        server = os.getpid()
+    def __init__(self, clone: Callable[[], int], slot_writers: list[int], server: int, devnull: int):
         req_r, self.requests = os.pipe()
         self.replies, rep_w = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:
-            try:
-                _zygote_main(req_r, rep_w, clone, slot_writers, server)
-            finally:
-                os._exit(0)
+        kit = [req_r, rep_w, clone, slot_writers, server, devnull]
+        forked = _thread.allocate_lock()
+        forked.acquire()
+        pids: list[int] = []
+
+        def fork_here() -> None:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _zygote_main(kit)
+                finally:
+                    os._exit(0)
+            pids.append(pid)
+            forked.release()
+            # the zygote's parent-death signal (and, through CLONE_PARENT, every run's) watches this
+            # thread, not the process: it must live as long as the server
+            park = _thread.allocate_lock()
+            park.acquire()
+            park.acquire()
+
+        _thread.start_new_thread(fork_here, ())
+        forked.acquire()
+        self.pid: int | None = pids[0]
         os.close(req_r)
         os.close(rep_w)
 
@@ -385,19 +400,57 @@ class _Running:
 
 
 class Server:
-    """The serving loop (stage 2)."""
+    """The serving loop, after the one-time setup in ``__init__`` (imports, kernel calls, user,
+    namespaces, Landlock ruleset, seccomp program, result pipes)."""
 
-    def __init__(self, uid_base: int, workers: int, netns: bool, no_new_privs: bool):
-        self.netns, self.no_new_privs = netns, no_new_privs
-        # a block of UIDS_PER_SERVER uids per server, picked by pid, so that runs of different
+    def __init__(self, uid_base: int, workers: int, settings: dict):
+        global CONTEXT
+        layers = {name: bool(settings.get("layers", {}).get(name, True)) for name in OS_LAYERS}
+        _import_allowed_modules()
+        ctx = Context()
+        ctx.builtins = guard.prepare(ctx.deny)
+        ctx.kernel = kernel = syscalls.load()
+        self.no_new_privs = kernel is not None and kernel.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1) == 0
+        ctx.devnull = _above_result_fd(os.open(os.devnull, os.O_RDWR))
+        user = settings.get("server_user")
+        if user is not None and os.getuid() == 0:  # run as an ordinary user from here on
+            os.setgroups([])
+            os.setresgid(user, user, user)
+            os.setresuid(user, user, user)
+            if kernel is not None:
+                kernel.prctl(syscalls.PR_SET_DUMPABLE, 1)  # a uid change clears it; /proc/self/uid_map needs it
+        self.root = ctx.host_root = os.getuid() == 0
+        ctx.credentials = self.root and layers["credentials"]
+        ctx.process_limits = layers["process_limits"]
+        # a block of UIDS_PER_SERVER uids per server, picked by the host pid, so that runs of different
         # servers on one machine (several verifier actors) do not share a uid either
+        host_pid = os.getpid()
+        self.uid_base = uid_base + (host_pid % UID_BLOCKS) * UIDS_PER_SERVER
+        self.baseline_as = _address_space_in_use()  # /proc is out of sight once isolated
+        self.isolation = {"isolated": False, "user_namespace": False, "server_pid": host_pid, "runs_dir": None,
+                          "capabilities_dropped": False, "error": "switched off" if not layers["namespaces"] else ""}
+        if layers["namespaces"] and kernel is not None:
+            self.isolation = namespaces.isolate(kernel, self.root, self.uid_base, keep_capabilities=ctx.credentials)
         self.pid = os.getpid()
-        self.uid_base = uid_base + (self.pid % UID_BLOCKS) * UIDS_PER_SERVER
-        self.root = os.getuid() == 0
-        # tmpfs when there is one: a directory per execution costs microseconds there, milliseconds on disk
-        scratch = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-        self.base = tempfile.mkdtemp(prefix="verifier-", dir=scratch)
-        os.chmod(self.base, 0o711)
+        self.landlock_abi = landlock.abi(kernel)
+        if layers["landlock"] and self.landlock_abi and self.no_new_privs:
+            ctx.landlock_fd = landlock.ruleset(kernel, self.landlock_abi)
+            if ctx.landlock_fd >= 0:
+                ctx.landlock_fd = _above_result_fd(ctx.landlock_fd)
+        program = settings.get("seccomp")
+        if layers["seccomp"] and program and self.no_new_privs and kernel is not None:
+            ctx.seccomp_program = base64.b64decode(program)
+            ctx.seccomp_offset = placeholder_offsets(ctx.seccomp_program)[0]
+        self.layers = layers
+        CONTEXT = ctx
+        # per-run directories: on the namespace's own tmpfs as root, none in an isolated server without
+        # root (its read-only root is empty already), else on the host's tmpfs
+        if self.isolation["isolated"]:
+            self.base = self.isolation["runs_dir"]
+        else:
+            scratch = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+            self.base = tempfile.mkdtemp(prefix="verifier-", dir=scratch)
+            os.chmod(self.base, 0o711)
         self.selector = selectors.DefaultSelector()
         self.pending: deque[dict] = deque()
         self.running: dict[int, _Running] = {}  # by pidfd
@@ -408,15 +461,12 @@ class Server:
         for read_fd, _ in self.slot_pipes:
             os.set_blocking(read_fd, False)
         self.zygote: _Zygote | None = None
+        number = kernel.numbers.get("clone") if kernel is not None else None
+        self.clone = None if number is None else (lambda: kernel.syscall(number, CLONE_PARENT | int(signal.SIGCHLD)))
         self.counter = 0
         self.inbuf = b""
         self.outbox: list[bytes] = []
         self.closing = False
-        _import_allowed_modules()
-        global PREPARED, PRCTL
-        PREPARED = guard.prepare()
-        PRCTL, self.clone = _load_libc()
-        self.baseline_as = _address_space_in_use()
 
     def send(self, message: dict) -> None:
         """Queue one JSON line; ``flush`` writes the queue once per turn of the loop (one syscall)."""
@@ -447,8 +497,11 @@ class Server:
     def spawn(self, request: dict) -> None:
         slot = self.free_slots.pop()
         self.counter += 1
-        workdir = os.path.join(self.base, str(self.counter))
-        os.mkdir(workdir, 0o555)
+        if self.base is None:  # isolated, no per-run uid: every run starts in the empty read-only root
+            workdir = "/"
+        else:
+            workdir = os.path.join(self.base, str(self.counter))
+            os.mkdir(workdir, 0o555)
         read_fd, write_fd = self.slot_pipes[slot]
         address_space = self.baseline_as + int(request["memory_mb"]) * 1024 * 1024
         uid = self.uid_base + slot % UIDS_PER_SERVER
@@ -461,7 +514,9 @@ class Server:
         if pid is None:
             pid = os.fork()
             if pid == 0:
-                _child(request, write_fd, workdir, uid, address_space, self.pid)
+                server = self.pid
+                self.__dict__.clear()  # the server's state (kernel calls, zygote) is no run's business
+                _child(request, write_fd, workdir, uid, address_space, server)
         pidfd = os.pidfd_open(pid)
         run = _Running(request, pid, pidfd, read_fd, workdir, slot, started, started + float(request["timeout_s"]))
         self.running[pidfd] = run
@@ -499,10 +554,11 @@ class Server:
         os.close(run.pidfd)
         del self.running[run.pidfd]
         self.free_slots.append(run.slot)
-        try:
-            os.rmdir(run.workdir)
-        except OSError:
-            shutil.rmtree(run.workdir, ignore_errors=True)
+        if self.base is not None:
+            try:
+                os.rmdir(run.workdir)
+            except OSError:
+                shutil.rmtree(run.workdir, ignore_errors=True)
         result = self.verdict(run, wait_status, usage.ru_utime + usage.ru_stime)
         result["id"] = run.request.get("id")
         result["wall_s"] = round(time.monotonic() - run.started, 6)
@@ -570,10 +626,22 @@ class Server:
         os.set_blocking(0, False)
         self.selector.register(0, selectors.EVENT_READ, ("stdin", None))
         gc.freeze()  # keep the collector from touching (and so copying) the server's objects in children
-        if self.clone is not None and PRCTL is not None:
-            self.zygote = _Zygote(self.clone, [write_fd for _, write_fd in self.slot_pipes])
-        hello = {"netns": self.netns, "no_new_privs": self.no_new_privs, "root": self.root, "pid": os.getpid(), "scratch": self.base,
-                 "zygote": self.zygote.pid if self.zygote is not None else None}
+        if self.clone is not None:
+            self.zygote = _Zygote(self.clone, [write_fd for _, write_fd in self.slot_pipes], self.pid, CONTEXT.devnull)
+        hello = {
+            "no_new_privs": self.no_new_privs,
+            "root": self.root,
+            "pid": self.pid,  # as the server sees itself (1 in its own PID namespace)
+            "server_pid": self.isolation["server_pid"],  # as the host sees it
+            "scratch": None if self.isolation["isolated"] else self.base,
+            "zygote": self.zygote.pid if self.zygote is not None else None,  # as the server sees it
+            "namespaces": self.isolation,
+            "landlock_abi": self.landlock_abi,
+            "landlock": CONTEXT.landlock_fd >= 0,
+            "seccomp": CONTEXT.seccomp_program is not None,
+            "credentials": CONTEXT.credentials,
+            "layers": self.layers,
+        }
         self.send({"hello": hello})
         while not (self.closing and not self.running):
             self.flush()
@@ -605,22 +673,21 @@ class Server:
                 pass
         if self.zygote is not None:
             self.zygote.close()
-        shutil.rmtree(self.base, ignore_errors=True)
+        if self.base is not None and not self.isolation["isolated"]:
+            shutil.rmtree(self.base, ignore_errors=True)
 
 
 def main(argv: list[str]) -> None:
-    """Bootstrap entry: ``<root> confine <uid_base> <workers>`` or ``<root> serve <uid_base> <workers> <netns> <nnp>``."""
-    root, stage, uid_base, workers = argv[0], argv[1], int(argv[2]), int(argv[3])
-    if stage == "confine":
-        _confine_and_exec(root, uid_base, workers)
-        return
+    """Bootstrap entry: ``<root> serve <settings>``, the settings as base64 of a JSON object
+    (``uid_base``, ``workers``, ``layers``, ``seccomp`` (base64 BPF or null), ``server_user``)."""
+    settings = json.loads(base64.b64decode(argv[2]))
     # Set once here, inherited by every child: PYTHONHASHSEED has been read at startup and nothing
     # else is in the environment; SIGINT is the terminal's (the host ends us by closing stdin);
     # a write past RLIMIT_FSIZE fails with EFBIG instead of killing; SIGPIPE is already ignored.
     os.environ.clear()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    server = Server(uid_base, workers, netns=argv[4] == "1", no_new_privs=argv[5] == "1")
+    server = Server(int(settings["uid_base"]), int(settings["workers"]), settings)
     try:
         server.serve()
         server.flush()

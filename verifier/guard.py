@@ -10,8 +10,16 @@ process group) holds even when a program gets around this one. Three parts:
 - restricted builtins: dangerous ones removed, ``__import__`` limited to the allow-list,
   ``getattr``/``setattr``/``delattr`` refusing private names, ``print`` a no-op;
 - a ``sys.addaudithook`` hook that allows only the audit events that ordinary programs raise and
-  turns every other event (files, sockets, processes, signals, rlimits, ctypes, new imports,
-  code-object construction, gc introspection) into a recorded violation.
+  ends the run as FORBIDDEN on every other event (files, sockets, processes, signals, rlimits,
+  ctypes, new imports, code-object construction, gc introspection);
+- stubs in place of the few functions that act outside the process without an audit event
+  (``UNAUDITED``: ``pidfd_send_signal``, ``_posixsubprocess.fork_exec``...).
+
+The program cannot change this layer: the hook's policy lives in its closure as frozensets, a
+violation ends the process at once (``fatal``) instead of being recorded where the program could
+clear it, and the fork server removes its own modules and privileged helpers from the child's
+interpreter before the program runs. Allowed modules still lead to ``sys``, ``os`` and
+``builtins`` (``dataclasses.sys``); what those offer is what the hook and the stubs let through.
 
 Standard library only: this module is imported by the fork server, which runs without site-packages.
 """
@@ -21,8 +29,9 @@ from __future__ import annotations
 import ast
 import builtins
 import operator
+import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 # The module allow-list: pure, deterministic modules with no file, network, process, thread or
 # clock access. All of them are imported by the fork server before it forks, so a program's
@@ -73,10 +82,6 @@ FRAME_ATTRIBUTES: frozenset[str] = frozenset(
 ALLOWED_EVENTS: frozenset[str] = frozenset(
     {"exec", "compile", "builtins.id", "object.__setattr__", "object.__delattr__", "sys._getframe", "array.__new__", "time.sleep"}
 )
-
-
-class SandboxViolation(PermissionError):
-    """A program did something the sandbox forbids (raised inside the child, reported as FORBIDDEN)."""
 
 
 def _is_dunder(name: str) -> bool:
@@ -136,40 +141,53 @@ def static_violation(tree: ast.AST) -> str | None:
     return None
 
 
-def _checked_name(name: Any) -> None:
-    if not isinstance(name, str):
-        raise TypeError(f"attribute name must be str, not {type(name).__name__}")
-    if name.startswith("_") and name not in SAFE_DUNDERS or name in FRAME_ATTRIBUTES:
-        raise SandboxViolation(f"access to attribute {name!r} is not allowed")
+def _name_problem(name: Any) -> str | None:
+    """Why a name given as a string to getattr and friends is refused, or None (non-str names are
+    left to the real function, which raises its own TypeError)."""
+    if isinstance(name, str) and (name.startswith("_") and name not in SAFE_DUNDERS or name in FRAME_ATTRIBUTES):
+        return f"access to attribute {name!r} is not allowed"
+    return None
 
 
-def prepare() -> tuple[dict[str, Any], list[str]]:
+def fatal(result_fd: int) -> Callable[[str], NoReturn]:
+    """The one way a guard reports a violation: write ``forbidden NUL reason NUL`` on the run's
+    result pipe and end the process at once (``os._exit``), so no program can catch the verdict,
+    clear a record of it or go on after it. ``os.write`` and ``os._exit`` are bound here, in the
+    closure, so rebinding them in the ``os`` module changes nothing."""
+    write, exit_now = os.write, os._exit
+
+    def deny(reason: str) -> NoReturn:
+        try:
+            write(result_fd, b"forbidden\0" + str(reason)[:300].encode("utf-8", "backslashreplace") + b"\0")
+        finally:
+            exit_now(0)
+
+    return deny
+
+
+def prepare(deny: Callable[[str], NoReturn]) -> dict[str, Any]:
     """Build the guarded builtins and patch ``operator`` once, in the fork server; every child
-    inherits them (and its own copy of the empty ``violations`` list) for free."""
-    violations: list[str] = []
-    table = safe_builtins(violations)
-    guard_operator_module(violations)
-    return table, violations
+    inherits them for free. ``deny`` (from ``fatal``) ends a run that breaks a rule."""
+    table = safe_builtins(deny)
+    guard_operator_module(deny)
+    return table
 
 
-def safe_builtins(violations: list[str]) -> dict[str, Any]:
-    """The builtins a program runs with; forbidden uses append a reason to ``violations``."""
+def safe_builtins(deny: Callable[[str], NoReturn]) -> dict[str, Any]:
+    """The builtins a program runs with; a forbidden use ends the run through ``deny``."""
     real_import = builtins.__import__
+    allowed = ALLOWED_MODULES
 
     def guarded_import(name: str, globals=None, locals=None, fromlist=(), level: int = 0):  # noqa: A002
-        if level or name not in ALLOWED_MODULES or any(str(n).startswith("_") for n in fromlist or ()):
-            reason = f"import of module {name!r} is not allowed"
-            violations.append(reason)
-            raise SandboxViolation(reason)
+        if level or name not in allowed or any(str(n).startswith("_") for n in fromlist or ()):
+            deny(f"import of module {name!r} is not allowed")
         return real_import(name, globals, locals, fromlist, 0)
 
     def guarded(fn: Callable) -> Callable:
         def wrapper(obj, name, *rest):
-            try:
-                _checked_name(name)
-            except SandboxViolation as exc:
-                violations.append(str(exc))
-                raise
+            reason = _name_problem(name)
+            if reason:
+                deny(reason)
             return fn(obj, name, *rest)
 
         wrapper.__name__ = fn.__name__
@@ -188,7 +206,7 @@ def safe_builtins(violations: list[str]) -> dict[str, Any]:
     return table
 
 
-def guard_operator_module(violations: list[str]) -> None:
+def guard_operator_module(deny: Callable[[str], NoReturn]) -> None:
     """Make ``operator.attrgetter``/``methodcaller`` refuse private names (they take names as strings).
 
     Called in the fork server, which never runs programs itself; the standard library binds the
@@ -198,11 +216,9 @@ def guard_operator_module(violations: list[str]) -> None:
 
     def check(name: Any) -> None:
         for part in str(name).split("."):
-            try:
-                _checked_name(part)
-            except SandboxViolation as exc:
-                violations.append(str(exc))
-                raise
+            reason = _name_problem(part)
+            if reason:
+                deny(reason)
 
     def attrgetter(*names):
         for n in names:
@@ -216,19 +232,55 @@ def guard_operator_module(violations: list[str]) -> None:
     operator.attrgetter, operator.methodcaller = attrgetter, methodcaller
 
 
-def install_audit_hook(violations: list[str]) -> None:
+# Functions of already-imported modules that act outside the process but raise no audit event in
+# CPython 3.11 (checked by hand: fork_exec, pidfd_open, pidfd_send_signal, mkfifo, mknod, openpty...).
+# A run with the Python layer replaces them, in every module that holds them, by ``deny``.
+UNAUDITED: dict[str, tuple[str, ...]] = {
+    "posix": ("pidfd_open", "mkfifo", "mknod", "openpty", "login_tty", "setns", "unshare", "memfd_create", "eventfd"),
+    "os": ("pidfd_open", "mkfifo", "mknod", "openpty", "login_tty", "setns", "unshare", "memfd_create", "eventfd"),
+    "signal": ("pidfd_send_signal",),
+    "_signal": ("pidfd_send_signal",),
+    "_posixsubprocess": ("fork_exec",),
+}
+
+
+def disarm(deny: Callable[[str], NoReturn]) -> None:
+    """Replace the ``UNAUDITED`` functions by stubs that end the run (in the child, before the program)."""
+    modules = sys.modules
+    for module_name, names in UNAUDITED.items():
+        module = modules.get(module_name)
+        if module is None:
+            continue
+        namespace = module.__dict__
+        for name in names:
+            if name in namespace:
+                namespace[name] = _stub(deny, f"{module_name}.{name}")
+
+
+def _stub(deny: Callable[[str], NoReturn], what: str) -> Callable[..., NoReturn]:
+    def stub(*args, **kwargs) -> NoReturn:
+        deny(f"blocked operation {what!r}")
+
+    return stub
+
+
+def install_audit_hook(deny: Callable[[str], NoReturn]) -> None:
     """Block every audit event outside ``ALLOWED_EVENTS`` (PEP 578); hooks cannot be removed once added.
 
     ``object.__getattr__`` is allowed except for frame attributes (the route to interpreter globals).
+    The policy is bound here, in the closure of the hook, as frozensets: rebinding the names of
+    this module (``guard.ALLOWED_EVENTS = ...``, through ``sys.modules`` or a function's globals)
+    does not change it, the sets cannot be mutated, and nothing but the interpreter holds the
+    hook. A blocked event ends the run at once through ``deny``: there is no record to clear.
     """
+    allowed: frozenset[str] = frozenset(ALLOWED_EVENTS)
+    frame_attributes: frozenset[str] = frozenset(FRAME_ATTRIBUTES)
 
     def hook(event: str, args: tuple) -> None:
-        if event in ALLOWED_EVENTS:
+        if event in allowed:
             return
-        if event == "object.__getattr__" and not (len(args) > 1 and args[1] in FRAME_ATTRIBUTES):
+        if event == "object.__getattr__" and not (len(args) > 1 and args[1] in frame_attributes):
             return
-        reason = f"blocked operation {event!r}"
-        violations.append(reason)
-        raise SandboxViolation(reason)
+        deny(f"blocked operation {event!r}")
 
     sys.addaudithook(hook)

@@ -1,4 +1,5 @@
-"""Checks made in the calling process before a call reaches the sandbox, and after it returns.
+"""Checks made in the calling process before a call reaches the sandbox (the check of what comes
+back is ``verifier.outputs``).
 
 Parsing, the static guard check and compiling happen once per distinct program here (not once
 per run in a cold forked child, where every touched page is a copy-on-write fault), and the
@@ -61,12 +62,3 @@ def prepare_args(args: str) -> Prepared:
         return Prepared(base64.b64encode(marshal.dumps(values)).decode("ascii"))
     except ValueError as exc:  # literal_eval builds only marshallable types; this is a safety net
         return Prepared(None, "bad_input", f"arguments cannot be sent to the sandbox: {exc}")
-
-
-def output_problem(output: str) -> str | None:
-    """None when ``output`` is one Python literal (``ast.literal_eval``), else the reason."""
-    try:
-        ast.literal_eval(output)
-        return None
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return f"output is not a Python literal: {output[:80]}"

@@ -17,6 +17,7 @@ unprivileged uid when root, the network cut by a new network namespace where the
 
 from __future__ import annotations
 
+import base64
 import enum
 import itertools
 import json
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -33,8 +35,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from verifier.forkserver import BOOTSTRAP, INTERPRETER_FLAGS
-from verifier.preflight import Prepared, output_problem, prepare_args, prepare_program
+from verifier import seccomp
+from verifier.defences import WeakSandboxError, explain, missing
+from verifier.forkserver import BOOTSTRAP, INTERPRETER_FLAGS, OS_LAYERS
+from verifier.outputs import output_problem
+from verifier.preflight import Prepared, prepare_args, prepare_program
 
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 HASH_SEED = "0"
@@ -93,6 +98,23 @@ def combine_runs(runs: Sequence[ExecResult]) -> ExecResult:
     return ExecResult(Status.OK, runs[0].output, "", wall)
 
 
+_SECCOMP: tuple[str | None, str] | None = None
+
+
+def seccomp_program() -> tuple[str | None, str]:
+    """The seccomp filter as base64 BPF, built once per process (``verifier.seccomp``), and the
+    reason when it cannot be built here."""
+    global _SECCOMP
+    if _SECCOMP is None:
+        try:
+            _SECCOMP = (base64.b64encode(seccomp.build()).decode("ascii"), "")
+        except ImportError as exc:
+            _SECCOMP = (None, f"the pyseccomp package is not installed ({exc})")
+        except (OSError, ValueError, RuntimeError, AttributeError) as exc:
+            _SECCOMP = (None, f"libseccomp could not build the filter: {exc}")
+    return _SECCOMP
+
+
 class ServerDied(RuntimeError):
     """The fork server exited; every execution in flight is reported as CRASHED."""
 
@@ -100,9 +122,10 @@ class ServerDied(RuntimeError):
 class _ForkServer:
     """Host side of one fork-server process: sends request lines, a reader thread resolves futures."""
 
-    def __init__(self, workers: int, uid_base: int, on_result: Callable[["_ForkServer"], None] | None = None):
+    def __init__(self, workers: int, settings: dict[str, Any], on_result: Callable[["_ForkServer"], None] | None = None):
         self.on_result = on_result
-        argv = [sys.executable, *INTERPRETER_FLAGS, "-c", BOOTSTRAP, REPO_ROOT, "confine", str(uid_base), str(workers)]
+        blob = base64.b64encode(json.dumps({**settings, "workers": workers}).encode()).decode("ascii")
+        argv = [sys.executable, *INTERPRETER_FLAGS, "-c", BOOTSTRAP, REPO_ROOT, "serve", blob]
         self.proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
@@ -200,8 +223,8 @@ class _ServerPool:
     DEPTH = 2
     QUEUE_BEHIND_S = 0.1  # typical runs take ~1-2 ms
 
-    def __init__(self, size: int, uid_base: int):
-        self.uid_base = uid_base
+    def __init__(self, size: int, settings: dict[str, Any]):
+        self.settings = settings
         self.lock = threading.Lock()
         self.pending: deque[tuple[dict, Future]] = deque()
         # per server, the start (or, queued, dispatch) times of its outstanding requests, oldest first
@@ -215,7 +238,7 @@ class _ServerPool:
             raise
 
     def _start(self) -> _ForkServer:
-        server = _ForkServer(1, self.uid_base, on_result=self._done)
+        server = _ForkServer(1, self.settings, on_result=self._done)
         self.in_flight[server] = deque()
         return server
 
@@ -296,6 +319,13 @@ class Verifier:
     ``uid_base``: as root, slot k of a server runs as uid ``uid_base + 64 * b + k``, with the block
     b picked by the server's pid (``nobody`` if the uid cannot be set), so concurrent runs, also of
     different verifiers, cannot signal each other.
+    ``require``: defences this machine must provide (``verifier.defences``), else ``WeakSandboxError``
+    at construction, naming what is missing and how to enable it. ``allow_weak``: start anyway,
+    with a warning on every start (development only).
+    ``disable``: operating-system layers to switch off (``OS_LAYERS``: namespaces, landlock,
+    seccomp, credentials, process_limits), for tests and benchmarks that measure each layer alone.
+    ``server_user``: as root, the uid the fork server becomes once it has imported its modules (it
+    then confines runs exactly as an ordinary user would); None keeps the caller's uid.
     """
 
     def __init__(
@@ -308,6 +338,10 @@ class Verifier:
         python_guards: bool = True,
         max_program_chars: int = 100_000,
         uid_base: int = DEFAULT_UID_BASE,
+        require: Iterable[str] = (),
+        allow_weak: bool = False,
+        disable: Iterable[str] = (),
+        server_user: int | None = None,
     ):
         if not 0 < float(timeout_s) <= 3600:
             raise ValueError(f"timeout_s must be in (0, 3600], got {timeout_s}")
@@ -326,17 +360,45 @@ class Verifier:
         self.python_guards = bool(python_guards)
         self.max_program_chars = int(max_program_chars)
         self.uid_base = int(uid_base)
+        self.require = tuple(require)
+        self.allow_weak = bool(allow_weak)
+        self.disable = tuple(sorted(set(disable)))
+        unknown = [name for name in self.disable if name not in OS_LAYERS]
+        if unknown:
+            raise ValueError(f"unknown layers to disable {unknown}; known: {list(OS_LAYERS)}")
+        self.server_user = None if server_user is None else int(server_user)
         self._lock = threading.Lock()
         self._pool: _ServerPool | None = None
         self._probe: dict[str, Any] = {}
         self._pool_for_use()
+        self._check_required()
+
+    def _check_required(self) -> None:
+        """Refuse to run weaker than ``require`` (or warn, with ``allow_weak``)."""
+        report = self.defences()
+        absent = missing(report, self.require)
+        if self.allow_weak:
+            note = f"; missing here: {', '.join(absent)}" if absent else ""
+            message = f"verifier: the sandbox requirements are switched off (allow_weak){note}. Development only."
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            print(message, file=sys.stderr)
+        elif absent:
+            self.close()
+            raise WeakSandboxError(explain(absent, report))
 
     # --- lifecycle ------------------------------------------------------------------------------
     def _pool_for_use(self) -> _ServerPool:
         """The fork servers (one per worker), started on first use; dead ones are replaced."""
         with self._lock:
             if self._pool is None:
-                self._pool = _ServerPool(self.workers, self.uid_base)
+                program, self._seccomp_error = seccomp_program() if "seccomp" not in self.disable else (None, "switched off")
+                settings = {
+                    "uid_base": self.uid_base,
+                    "layers": {name: name not in self.disable for name in OS_LAYERS},
+                    "seccomp": program,
+                    "server_user": self.server_user,
+                }
+                self._pool = _ServerPool(self.workers, settings)
                 probe = self._pool.servers[0].submit([self._request("", "", probe=True)])[0].result()
                 self._probe = probe.get("probe", {})
             elif not self._pool.alive():
@@ -364,7 +426,8 @@ class Verifier:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles as its settings (a Ray actor may ship it); the copy starts its own fork server."""
-        keys = ("timeout_s", "memory_mb", "max_output_chars", "workers", "python_guards", "max_program_chars", "uid_base")
+        keys = ("timeout_s", "memory_mb", "max_output_chars", "workers", "python_guards", "max_program_chars", "uid_base",
+                "require", "allow_weak", "disable", "server_user")
         return {k: getattr(self, k) for k in keys}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -475,29 +538,51 @@ class Verifier:
 
     # --- report ---------------------------------------------------------------------------------
     def defences(self) -> dict[str, Any]:
-        """Which defences are active on this machine (asked of the running fork server)."""
+        """Which defences are active on this machine (asked of the running fork server and of a
+        probe run, which confines itself like any run and reports what took effect)."""
         hello, probe = self._pool_for_use().servers[0].hello, self._probe
         root = bool(hello.get("root"))
         uid = probe.get("uid")
-        return {
+        ns = hello.get("namespaces") or {}
+        isolated = bool(ns.get("isolated"))
+        abi = int(hello.get("landlock_abi") or 0)
+        landlock_on = bool(probe.get("landlock"))
+        report = {
             "process_per_execution": True,
             "fork_server_warm_imports": True,
             "fork_zygote": bool(hello.get("zygote")),
             "python_guards": self.python_guards,
             "module_allow_list": self.python_guards,
             "audit_hook": self.python_guards,
-            "rlimits": ["cpu", "address_space", "file_size_0", "no_new_processes", "open_files", "no_core"],
+            "rlimits": ["cpu", "address_space", "open_files", "no_core"]
+            + (["file_size_0", "no_new_processes"] if probe.get("process_limits") else []),
+            "resource_limits": bool(probe.get("process_limits")),
             "wall_clock_kill_process_group": True,
             "new_session": True,
             "empty_environment": True,
             "fresh_empty_directory": True,
+            "user_namespace": isolated and bool(ns.get("user_namespace")),
+            "mount_namespace": isolated,
+            "empty_root": isolated,
+            "network_namespace": isolated,
+            "pid_namespace": isolated,
+            "ipc_namespace": isolated,
+            "namespace_error": ns.get("error", ""),
+            "landlock": landlock_on,
+            "landlock_abi": abi,
+            "seccomp": bool(probe.get("seccomp")),
+            "seccomp_error": "" if probe.get("seccomp") else (getattr(self, "_seccomp_error", "") or "not loaded"),
             "chroot": bool(probe.get("chroot")),
             "killed_with_fork_server": bool(probe.get("parent_death_signal")),
             "privileges_dropped": root and uid not in (None, 0),
             "sandbox_uid": uid,
-            "network_namespace": bool(hello.get("netns")),
             "no_new_privs": bool(hello.get("no_new_privs")),
+            "host_files_invisible": isolated or bool(probe.get("chroot")) or landlock_on,
+            "no_network": isolated or (landlock_on and abi >= 4),
+            "signals_confined": isolated or bool(probe.get("seccomp")) or (landlock_on and abi >= 6) or (root and uid not in (None, 0)),
             "hash_seed": int(HASH_SEED),
             "running_as_root": root,
+            "layers_switched_off": list(self.disable),
             "workers": self.workers,
         }
+        return report
