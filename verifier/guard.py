@@ -279,8 +279,10 @@ def install_audit_hook(deny: Callable[[str], NoReturn]) -> None:
     def hook(event: str, args: tuple) -> None:
         if event in allowed:
             return
-        if event == "object.__getattr__" and not (len(args) > 1 and args[1] in frame_attributes):
-            return
+        if event == "object.__getattr__":
+            if not (len(args) > 1 and args[1] in frame_attributes):
+                return
+            deny(f"blocked operation {event!r} on {str(args[1])[:40]!r}")
         deny(f"blocked operation {event!r}")
 
     sys.addaudithook(hook)

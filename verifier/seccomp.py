@@ -7,9 +7,12 @@ confinement, after ``PR_SET_NO_NEW_PRIVS``. Building the program once keeps libs
 out of the per-run cost.
 
 Allowed: reading and writing descriptors the run already holds, memory (``mmap``, ``brk``...),
-signal handling of its own, clocks and sleeping, ids and limits, ``openat`` for reading only
-(no ``O_WRONLY``/``O_RDWR``/``O_CREAT``/``O_TRUNC``/``O_APPEND``/``O_TMPFILE``), ``kill`` of its own
-process group only (pid 0), ``tgkill`` of its own threads only, and exiting. Everything else
+signal handling of its own, clocks and sleeping, ids and its own limits, ``openat`` of directories
+only (``O_DIRECTORY``, which fails on a file) and never for writing (no ``O_WRONLY``/``O_RDWR``/
+``O_CREAT``/``O_TRUNC``/``O_APPEND``/``O_TMPFILE``), ``kill`` of its own process group only (pid 0),
+``tgkill`` of its own threads only, and exiting. The modules a program may use are imported by the
+fork server, so a run reads no file at all; on its own this layer still lets a run list directory
+names and ``stat`` paths (the namespaces, Landlock and the chroot hide those). Everything else
 fails with ``EPERM``: sockets, ``execve``, ``fork``/``clone``, ``ptrace``, ``mount``, ``unshare``,
 ``setns``, ``chroot``, uid changes, ``prctl``, ``bpf``, ``io_uring``, ``kill`` of any other
 process. ``EPERM`` rather than killing the process: the program sees an ordinary ``OSError``, so
@@ -34,7 +37,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "getcwd", "fcntl", "mmap", "munmap", "mremap", "mprotect", "brk", "madvise", "membarrier", "futex",
     "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "restart_syscall", "getpid", "gettid",
     "getppid", "getuid", "geteuid", "getgid", "getegid", "getgroups", "getresuid", "getresgid", "getsid",
-    "getpgid", "getpgrp", "getrusage", "prlimit64", "getrlimit", "times", "sysinfo", "uname",
+    "getpgid", "getpgrp", "getrusage", "getrlimit", "times", "sysinfo", "uname",
     "clock_gettime", "clock_getres", "gettimeofday", "time", "clock_nanosleep", "nanosleep", "sched_yield",
     "sched_getaffinity", "getrandom", "rseq", "set_robust_list", "exit", "exit_group",
 )
@@ -55,10 +58,11 @@ def build() -> bytes:
         except (OSError, ValueError, RuntimeError):
             continue  # not a system call of this architecture (e.g. "open" on aarch64)
     for name, flags_arg in (("openat", 2), ("open", 1)):
-        try:
-            flt.add_rule(sc.ALLOW, name, sc.Arg(flags_arg, sc.MASKED_EQ, WRITE_FLAGS, 0))
+        try:  # directories only (O_DIRECTORY fails on anything else), never for writing
+            flt.add_rule(sc.ALLOW, name, sc.Arg(flags_arg, sc.MASKED_EQ, WRITE_FLAGS | os.O_DIRECTORY, os.O_DIRECTORY))
         except (OSError, ValueError, RuntimeError):
             continue
+    flt.add_rule(sc.ALLOW, "prlimit64", sc.Arg(0, sc.EQ, 0))  # its own limits only (a root run may not touch others')
     flt.add_rule(sc.ALLOW, "kill", sc.Arg(0, sc.EQ, 0))
     flt.add_rule(sc.ALLOW, "tgkill", sc.Arg(0, sc.EQ, PID_PLACEHOLDER))
     with tempfile.TemporaryFile() as fh:
