@@ -20,14 +20,31 @@ log = logging.getLogger(__name__)
 
 @ray.remote(max_restarts=-1)
 class VerifierActor:
-    """A thin shell over :class:`verifier.Verifier`: one warm fork server per actor."""
+    """A thin shell over :class:`verifier.Verifier`: one warm fork server per actor.
 
-    def __init__(self, timeout_s: float, memory_mb: int, max_output_chars: int, workers: int):
+    ``require`` (``verifier.require``) names the defences its machine must provide; without them
+    the actor does not start (``WeakSandboxError`` lists what is missing and how to enable it).
+    ``allow_weak_sandbox`` (``verifier.allow_weak_sandbox``) starts it anyway, warning on every start.
+    """
+
+    def __init__(
+        self,
+        timeout_s: float,
+        memory_mb: int,
+        max_output_chars: int,
+        workers: int,
+        require: Sequence[str] | None = None,
+        allow_weak_sandbox: bool = False,
+    ):
         from verifier import Verifier
+        from verifier.defences import DEFAULT_REQUIRE
 
         self.verifier = Verifier(
-            timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars, workers=workers
+            timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars, workers=workers,
+            require=DEFAULT_REQUIRE if require is None else tuple(require), allow_weak=allow_weak_sandbox,
         )
+        if allow_weak_sandbox:
+            log.warning("verifier actor started with allow_weak_sandbox: the sandbox requirements are not enforced")
         self.executions = 0
         from actors.telemetry import VerifierMetrics
 

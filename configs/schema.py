@@ -235,6 +235,14 @@ class VerifierConfig(Section):
     resource: str = Field(
         "verifier", min_length=1, description="Custom Ray resource that marks CPU worker nodes for verifiers (fallback: head CPUs)."
     )
+    require: list[str] = Field(
+        default_factory=lambda: ["host_files_invisible", "no_network", "seccomp", "resource_limits"],
+        description="Sandbox defences a verifier actor's machine must provide, else it does not start (names: "
+        "`python -m verifier defences`; docs/verifier.md).",
+    )
+    allow_weak_sandbox: bool = Field(
+        False, description="Start verifier actors even where a required defence is missing (development only; warned on every start)."
+    )
 
 
 class ResourcesConfig(Section):

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from verifier import Status, Verifier, landlock, namespaces, seccomp, syscalls
-from verifier.defences import WeakSandboxError
+from verifier.defences import DEFAULT_REQUIRE, WeakSandboxError
 from verifier.forkserver import OS_LAYERS
 
 NOBODY = 65534
@@ -376,3 +376,25 @@ def test_self_referencing_outputs_are_bad_output():
             assert v.execute(program, "0").status is Status.BAD_OUTPUT, program
         shared = v.execute("def f(a):\n    x = [1]\n    return [x, x, {'k': (x, None)}, -0.0, 1e300, 2j, b'b', {3}]", "0")
         assert shared.status is Status.OK and shared.output == "[[1], [1], {'k': ([1], None)}, -0.0, 1e+300, 2j, b'b', {3}]"
+
+
+def test_config_default_requirements_match_the_verifier():
+    from configs.schema import Config
+
+    assert tuple(Config().verifier.require) == DEFAULT_REQUIRE and Config().verifier.allow_weak_sandbox is False
+
+
+@pytest.mark.parametrize("posture", POSTURES)
+def test_defences_command_reports_every_layer(posture):
+    extra = ["--as-user", str(NOBODY)] if SERVER_USER[posture] is not None else []
+    out = subprocess.run([sys.executable, "-m", "verifier", "defences", *extra], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent.parent)
+    report = json.loads(out.stdout)
+    for key in ("python_guards", "audit_hook", "user_namespace", "empty_root", "network_namespace", "pid_namespace",
+                "landlock", "landlock_abi", "seccomp", "chroot", "privileges_dropped", "resource_limits", "missing"):
+        assert key in report, key
+    assert report["running_as_root"] is (posture == "root")
+    assert out.returncode == (1 if report["missing"] else 0)
+    if not any(available(layer) for layer in ("namespaces", "seccomp", "landlock")):
+        assert report["missing"] == [] and report["empty_root"] and report["seccomp"] and report["landlock"]
+        assert report["chroot"] is report["privileges_dropped"] is (posture == "root")
