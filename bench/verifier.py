@@ -6,6 +6,13 @@ The baseline is slow, so by default it runs on a subset of the tasks and its rat
 (the JSON says so). Progress goes to stderr; the last stdout line is one JSON object.
 
     nice -n 10 python bench/verifier.py [--tasks 1000] [--baseline-tasks 150] [--workers 2]
+    nice -n 10 python bench/verifier.py --layer-costs [--tasks 400] [--rounds 3]
+
+``--layer-costs`` measures what each operating-system layer adds to a run, side by side: the same
+tasks with every layer on, then with the namespaces, Landlock, seccomp (and all three) switched off,
+alternating configurations round by round. CPU per execution counts the server, the zygote and
+every run (reaped at ``close``), minus the CPU of starting and stopping that configuration's
+servers, measured on its own.
 """
 
 from __future__ import annotations
@@ -24,6 +31,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from verifier.sandbox import Status, Verifier  # noqa: E402
+
+LAYER_CONFIGS = {
+    "all_layers": (),
+    "no_namespaces": ("namespaces",),
+    "no_landlock": ("landlock",),
+    "no_seccomp": ("seccomp",),
+    "none_of_the_three": ("namespaces", "landlock", "seccomp"),
+}
 
 # Typical AZR proposals: a few lines to a few dozen, the allowed modules, classes, recursion.
 TEMPLATES = [
@@ -120,25 +135,75 @@ def baseline_task(task: tuple[str, str], bound: int, timeout_s: float) -> tuple[
     return first
 
 
+def cpu_used() -> float:
+    """CPU seconds of this process and every reaped descendant (the server and its children)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+def layer_costs(tasks: list[tuple[str, str]], workers: int, timeout_s: float, rounds: int) -> dict:
+    """tasks/s and CPU per execution for each configuration of ``LAYER_CONFIGS``, alternating."""
+    rates: dict[str, list[float]] = {name: [] for name in LAYER_CONFIGS}
+    cpu: dict[str, list[float]] = {name: [] for name in LAYER_CONFIGS}
+    executions = 2 * len(tasks)
+    for round_ in range(rounds):
+        for name, disable in LAYER_CONFIGS.items():
+            cpu0 = cpu_used()
+            Verifier(timeout_s=timeout_s, workers=workers, disable=disable).close()
+            startup_cpu = cpu_used() - cpu0
+            cpu0 = cpu_used()
+            verifier = Verifier(timeout_s=timeout_s, workers=workers, disable=disable)
+            verifier.execute_many(tasks[:20])
+            start = time.perf_counter()
+            results = verifier.execute_many(tasks)
+            elapsed = time.perf_counter() - start
+            verifier.close()
+            assert all(r.status is Status.OK for r in results), name
+            rates[name].append(len(tasks) / elapsed)
+            cpu[name].append((cpu_used() - cpu0 - startup_cpu) / (executions + 40))
+            print(f"[bench] round {round_ + 1} {name}: {rates[name][-1]:.0f} tasks/s, {1e3 * cpu[name][-1]:.3f} ms CPU/execution", file=sys.stderr)
+    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    full_cpu = median(cpu["all_layers"])
+    return {
+        "configs": {
+            name: {
+                "tasks_per_s_median": round(median(rates[name]), 1),
+                "tasks_per_s_runs": [round(x, 1) for x in rates[name]],
+                "cpu_ms_per_execution_median": round(1e3 * median(cpu[name]), 3),
+                # what the switched-off layers cost each run (full minus this configuration)
+                "cost_of_switched_off_layers_ms_per_execution": round(1e3 * (full_cpu - median(cpu[name])), 3),
+                "speed_ratio_to_all_layers": round(median(rates[name]) / median(rates["all_layers"]), 3),
+            }
+            for name in LAYER_CONFIGS
+        },
+        "rounds": rounds,
+        "tasks": len(tasks),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--baseline-tasks", type=int, default=150, help="tasks the baseline runs (its rate is extrapolated)")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--timeout-s", type=float, default=5.0)
+    parser.add_argument("--layer-costs", action="store_true", help="measure the per-run cost of each OS layer instead")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --layer-costs (configurations alternate)")
     args = parser.parse_args()
+    if args.layer_costs:
+        tasks = make_tasks(args.tasks)
+        load = os.getloadavg()
+        costs = layer_costs(tasks, args.workers, args.timeout_s, args.rounds)
+        print(json.dumps({"bench": "verifier_layer_costs", "workers": args.workers, "load_avg_start": [round(x, 2) for x in load],
+                          "load_avg_end": [round(x, 2) for x in os.getloadavg()], **costs}))
+        return
 
     tasks = make_tasks(args.tasks)  # made before the CPU clock starts
     bound = 10_000
     print(f"[bench] {len(tasks)} tasks, {args.workers} workers, load {os.getloadavg()}", file=sys.stderr)
-
-    def cpu_used() -> float:
-        """CPU seconds of this process and every reaped descendant (the server and its children)."""
-        total = 0.0
-        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-            usage = resource.getrusage(who)
-            total += usage.ru_utime + usage.ru_stime
-        return total
 
     cpu0 = cpu_used()
     start = time.perf_counter()

@@ -226,8 +226,7 @@ def _confined_child(layer: str, posture: str, host: dict, victim: int) -> dict[s
             elif layer == "landlock":
                 assert landlock.restrict(KERNEL, landlock.ruleset(KERNEL, LANDLOCK_ABI)) == 0
             elif layer == "seccomp":
-                offset = seccomp.placeholder_offsets(program)[0]
-                assert KERNEL.load_bpf(seccomp.for_pid(program, offset, os.getpid())) == 0
+                assert KERNEL.bpf_loader(program, seccomp.placeholder_offsets(program)[0])(os.getpid()) == 0
             result = _attack_all(str(host["canary"]), str(host["dir"] / "new.txt"), host["port"], victim)
             os.write(writer, json.dumps(result).encode())
             os._exit(0)

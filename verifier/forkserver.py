@@ -51,7 +51,7 @@ from typing import Any, Callable
 
 from verifier import guard, landlock, namespaces, syscalls
 from verifier.outputs import value_problem
-from verifier.seccomp import for_pid, placeholder_offsets
+from verifier.seccomp import placeholder_offsets
 
 # Bootstrap run by ``python -S -c``: import this module without running ``verifier/__init__``.
 # ``-E``/``-I`` would also ignore PYTHONHASHSEED, so the host passes an environment holding nothing else.
@@ -91,8 +91,7 @@ class Context:
         self.credentials = False
         self.process_limits = True
         self.landlock_fd = -1
-        self.seccomp_program: bytes | None = None
-        self.seccomp_offset = 0
+        self.seccomp: Callable[[int], int] | None = None  # loads the filter for a pid (``Kernel.bpf_loader``)
 
 
 CONTEXT: Context | None = None
@@ -168,8 +167,8 @@ def _confine_child(ctx: Context, workdir: str, uid: int, cpu_s: int, address_spa
         report["parent_death_signal"] = True
         if os.getppid() != server:  # the server died before the signal was armed (even before we ran)
             os._exit(BAD_EXIT)
-    if ctx.seccomp_program is not None:
-        if kernel.load_bpf(for_pid(ctx.seccomp_program, ctx.seccomp_offset, os.getpid())) != 0:
+    if ctx.seccomp is not None:
+        if ctx.seccomp(os.getpid()) != 0:
             raise PermissionError("could not load the seccomp filter")
         report["seccomp"] = True
     return report
@@ -439,8 +438,8 @@ class Server:
                 ctx.landlock_fd = _above_result_fd(ctx.landlock_fd)
         program = settings.get("seccomp")
         if layers["seccomp"] and program and self.no_new_privs and kernel is not None:
-            ctx.seccomp_program = base64.b64decode(program)
-            ctx.seccomp_offset = placeholder_offsets(ctx.seccomp_program)[0]
+            program_bytes = base64.b64decode(program)
+            ctx.seccomp = kernel.bpf_loader(program_bytes, placeholder_offsets(program_bytes)[0])
         self.layers = layers
         CONTEXT = ctx
         # per-run directories: on the namespace's own tmpfs as root, none in an isolated server without
@@ -638,7 +637,7 @@ class Server:
             "namespaces": self.isolation,
             "landlock_abi": self.landlock_abi,
             "landlock": CONTEXT.landlock_fd >= 0,
-            "seccomp": CONTEXT.seccomp_program is not None,
+            "seccomp": CONTEXT.seccomp is not None,
             "credentials": CONTEXT.credentials,
             "layers": self.layers,
         }

@@ -20,8 +20,9 @@ its verdict (``RUNTIME_ERROR``, or ``FORBIDDEN`` when the Python layer saw the a
 what happened; a process of another architecture's calling convention is killed (libseccomp's
 default for a foreign architecture).
 
-``tgkill``'s own-pid rule is built with a placeholder pid; ``for_pid`` writes the child's pid into
-a copy of the program (one 4-byte constant) before it is loaded.
+``tgkill``'s own-pid rule is built with a placeholder pid (``placeholder_offsets`` finds it); the
+server's loader (``verifier.syscalls.Kernel.bpf_loader``) writes each child's pid there (one 4-byte
+constant, in place) before the child loads the program.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "sched_getaffinity", "getrandom", "rseq", "set_robust_list", "exit", "exit_group",
 )
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | 0o20000000  # the last: __O_TMPFILE
-PID_PLACEHOLDER = 0x7A5B3C1D  # in tgkill's rule; replaced by the child's pid (``for_pid``)
+PID_PLACEHOLDER = 0x7A5B3C1D  # in tgkill's rule; replaced by the child's pid before loading
 DENIED_ERRNO = errno.EPERM
 
 
@@ -79,10 +80,3 @@ def placeholder_offsets(program: bytes) -> list[int]:
     if len(offsets) != 1:
         raise ValueError(f"the seccomp program holds the pid placeholder {len(offsets)} times, expected once")
     return offsets
-
-
-def for_pid(program: bytes, offset: int, pid: int) -> bytes:
-    """``program`` with the child's pid in place of the placeholder at ``offset``."""
-    patched = bytearray(program)
-    struct.pack_into("=I", patched, offset, pid)
-    return bytes(patched)

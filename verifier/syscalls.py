@@ -72,13 +72,23 @@ class Kernel:
         )
         self.umount2: Callable[[str, int], int] = lambda target, flags: checked(umount2(target.encode(), flags))
 
-        def load_bpf(program: bytes) -> int:
-            """Install a classic-BPF seccomp program (8-byte instructions) on the calling thread."""
+        def bpf_loader(program: bytes, pid_offset: int) -> Callable[[int], int]:
+            """A loader for ``program`` whose buffers are made now, once: called in a child with its
+            pid, it writes the pid at ``pid_offset`` in place and installs the program (no ctypes
+            objects are created per run, which would copy-on-write fault many pages)."""
             code = make_buffer(program, len(program))
             prog = fprog(len(program) // 8, buffer_address(code))
-            return checked(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, buffer_address(prog), 0, 0))
+            prog_address = buffer_address(prog)
+            view = memoryview(code).cast("B")
 
-        self.load_bpf: Callable[[bytes], int] = load_bpf
+            def load(pid: int) -> int:
+                struct.pack_into("=I", view, pid_offset, pid)
+                return checked(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog_address, 0, 0))
+
+            load.keep = (code, prog)  # type: ignore[attr-defined]
+            return load
+
+        self.bpf_loader: Callable[[bytes, int], Callable[[int], int]] = bpf_loader
 
         def capset_none() -> int:
             """Empty the effective, permitted and inheritable capability sets (capset, v3 header)."""
