@@ -22,7 +22,8 @@ session and process group, stdin/stdout/stderr on /dev/null, an empty environmen
 seconds, address space, file size 0, no new processes, few descriptors, no core), as root a fresh
 empty directory as chroot and an unprivileged uid of its own, the Landlock ruleset, every other
 descriptor closed except its result pipe, a parent-death signal, and last the seccomp filter
-(``verifier.seccomp``). Then it forgets the privileged helpers (``_forget_privileged``), runs the
+(``verifier.seccomp``). Then it lets go of the privileged helpers (``_take_context``; the zygote
+already dropped the verifier's modules, ``_forget_privileged_modules``), runs the
 program with the Python-level guards of ``verifier.guard`` and writes
 ``status NUL error NUL output`` to the pipe. Each OS layer can be switched off (``layers``) to test
 that every other one holds alone.
@@ -34,6 +35,7 @@ import _thread
 import base64
 import binascii
 import fcntl
+import functools
 import gc
 import json
 import marshal
@@ -76,11 +78,12 @@ CHILD_STATUSES = frozenset(
     {"ok", "no_entry_function", "forbidden", "runtime_error", "memory_limit", "output_too_large", "bad_output", "crashed"}
 )
 CLONE_PARENT = 0x00008000
+PR_SET_PDEATHSIG = syscalls.PR_SET_PDEATHSIG
 
 
 class Context:
     """What a child needs to confine itself, made once by the server; ``CONTEXT`` holds it until a
-    child forgets it (``_forget_privileged``) right before the program runs."""
+    child lets go of it (``_take_context``) right before the program runs."""
 
     def __init__(self) -> None:
         self.kernel: syscalls.Kernel | None = None
@@ -92,6 +95,10 @@ class Context:
         self.process_limits = True
         self.landlock_fd = -1
         self.seccomp: Callable[[int], int] | None = None  # loads the filter for a pid (``Kernel.bpf_loader``)
+        self.python_guards = True  # the verifier's setting: the zygote disarms the unaudited functions once
+        self.restrict_landlock: Callable[[int], int] = lambda fd: -38
+        self.install_hook: Callable[[Callable[[str], Any]], None] = guard.install_audit_hook
+        self.disarm: Callable[[Callable[[str], Any]], None] = guard.disarm
 
 
 CONTEXT: Context | None = None
@@ -158,12 +165,12 @@ def _confine_child(ctx: Context, workdir: str, uid: int, cpu_s: int, address_spa
     else:
         os.chdir(workdir)
     if ctx.landlock_fd >= 0:
-        if landlock.restrict(kernel, ctx.landlock_fd) != 0:
+        if ctx.restrict_landlock(ctx.landlock_fd) != 0:
             raise PermissionError("could not apply the Landlock ruleset")
         report["landlock"] = True
     os.closerange(RESULT_FD + 1, 1 << 20)
     # armed after the change of credentials, which clears it
-    if kernel is not None and kernel.prctl(syscalls.PR_SET_PDEATHSIG, int(signal.SIGKILL)) == 0:
+    if kernel is not None and kernel.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)) == 0:
         report["parent_death_signal"] = True
         if os.getppid() != server:  # the server died before the signal was armed (even before we ran)
             os._exit(BAD_EXIT)
@@ -174,18 +181,22 @@ def _confine_child(ctx: Context, workdir: str, uid: int, cpu_s: int, address_spa
     return report
 
 
-def _forget_privileged() -> tuple[dict[str, Any], Callable[[str], Any]]:
-    """Drop, in the child, everything a program could use to change its confinement or the policy:
-    the context (kernel calls, descriptors), the verifier's modules in ``sys.modules`` and this
-    module's references to them. Returns the guarded builtins and ``deny``, which the run needs."""
-    global CONTEXT, guard, landlock, namespaces, syscalls
-    ctx, CONTEXT = CONTEXT, None
-    table, deny = ctx.builtins, ctx.deny
-    ctx.__dict__.clear()
+def _forget_privileged_modules() -> None:
+    """Drop the verifier's modules from ``sys.modules`` and this module's references to the ones
+    that hold kernel calls or the policy. Done once in the zygote (its children inherit it) and in
+    a child the server forks itself; what a child still needs travels in ``CONTEXT``."""
+    global guard, landlock, namespaces, syscalls
     for name in [m for m in sys.modules if m == "verifier" or m.startswith("verifier.")]:
         del sys.modules[name]
     guard = landlock = namespaces = syscalls = None  # type: ignore[assignment]
-    return table, deny
+
+
+def _take_context() -> Context:
+    """The context, no longer reachable through this module: a child calls this once it has
+    confined itself, right before the program (its kernel calls go with the last reference)."""
+    global CONTEXT
+    ctx, CONTEXT = CONTEXT, None
+    return ctx
 
 
 class _Pad:
@@ -217,16 +228,18 @@ def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bo
     except Exception as exc:
         return "crashed", None, f"undecodable request: {type(exc).__name__}"
     module = type(sys)("__main__")
-    rules = guard
-    table, deny = _forget_privileged()
+    ctx = _take_context()
+    deny, install_hook = ctx.deny, ctx.install_hook
     if guards:
-        module.__dict__["__builtins__"] = table
+        module.__dict__["__builtins__"] = ctx.builtins
+        if not ctx.python_guards:  # the zygote disarmed nothing for this verifier: do it here
+            ctx.disarm(deny)
+    del ctx
     sys.modules["__main__"] = module
     _perturb_allocator()
     if guards:
-        rules.disarm(deny)
-        rules.install_audit_hook(deny)
-    del rules
+        install_hook(deny)
+    del install_hook
     try:
         exec(code, module.__dict__)
         entry = module.__dict__.get("f")
@@ -291,9 +304,12 @@ def _zygote_main(kit: list) -> None:
     requests, replies, clone, slot_writers, server, devnull = kit
     kit.clear()
     kernel = CONTEXT.kernel if CONTEXT is not None else None
-    if kernel is None or kernel.prctl(syscalls.PR_SET_PDEATHSIG, int(signal.SIGKILL)) != 0 or os.getppid() != server:
+    if kernel is None or kernel.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)) != 0 or os.getppid() != server:
         return
     del kernel
+    if CONTEXT.python_guards:  # once here rather than in every run (each would copy the modules' pages)
+        CONTEXT.disarm(CONTEXT.deny)
+    _forget_privileged_modules()
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     low = 3  # hold no descriptor of the server's (its stdin and stdout are the host's pipes)
@@ -432,7 +448,9 @@ class Server:
             self.isolation = namespaces.isolate(kernel, self.root, self.uid_base, keep_capabilities=ctx.credentials)
         self.pid = os.getpid()
         self.landlock_abi = landlock.abi(kernel)
+        ctx.python_guards = bool(settings.get("python_guards", True))
         if layers["landlock"] and self.landlock_abi and self.no_new_privs:
+            ctx.restrict_landlock = functools.partial(landlock.restrict, kernel)
             ctx.landlock_fd = landlock.ruleset(kernel, self.landlock_abi)
             if ctx.landlock_fd >= 0:
                 ctx.landlock_fd = _above_result_fd(ctx.landlock_fd)
@@ -515,6 +533,8 @@ class Server:
             if pid == 0:
                 server = self.pid
                 self.__dict__.clear()  # the server's state (kernel calls, zygote) is no run's business
+                CONTEXT.python_guards = False  # nothing was disarmed in this process: the run does it
+                _forget_privileged_modules()
                 _child(request, write_fd, workdir, uid, address_space, server)
         pidfd = os.pidfd_open(pid)
         run = _Running(request, pid, pidfd, read_fd, workdir, slot, started, started + float(request["timeout_s"]))

@@ -397,6 +397,7 @@ class Verifier:
                     "layers": {name: name not in self.disable for name in OS_LAYERS},
                     "seccomp": program,
                     "server_user": self.server_user,
+                    "python_guards": self.python_guards,
                 }
                 self._pool = _ServerPool(self.workers, settings)
                 probe = self._pool.servers[0].submit([self._request("", "", probe=True)])[0].result()

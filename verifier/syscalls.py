@@ -16,8 +16,8 @@ from typing import Callable
 
 # syscall numbers by machine (x86-64 / aarch64); the landlock calls have one number everywhere
 SYSCALL_NUMBERS: dict[str, dict[str, int]] = {
-    "x86_64": {"clone": 56, "capset": 126, "pivot_root": 155},
-    "aarch64": {"clone": 220, "capset": 91, "pivot_root": 41},
+    "x86_64": {"clone": 56, "capset": 126, "pivot_root": 155, "seccomp": 317},
+    "aarch64": {"clone": 220, "capset": 91, "pivot_root": 41, "seccomp": 277},
 }
 LANDLOCK_CREATE_RULESET, LANDLOCK_RESTRICT_SELF = 444, 446
 
@@ -27,6 +27,10 @@ PR_CAPBSET_DROP = 24
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
+SECCOMP_SET_MODE_FILTER = 1
+# Without this flag the kernel turns on Speculative Store Bypass mitigation for a filtered process,
+# which made every run ~0.2 ms slower here (measured); a run holds no secret of another process.
+SECCOMP_FILTER_FLAG_SPEC_ALLOW = 4
 
 
 class Kernel:
@@ -81,8 +85,14 @@ class Kernel:
             prog_address = buffer_address(prog)
             view = memoryview(code).cast("B")
 
+            number = self.numbers.get("seccomp")
+
             def load(pid: int) -> int:
                 struct.pack_into("=I", view, pid_offset, pid)
+                if number is not None:
+                    result = syscall(number, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_SPEC_ALLOW, prog_address)
+                    if result != -22:  # EINVAL: a kernel without the flag
+                        return result
                 return checked(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog_address, 0, 0))
 
             load.keep = (code, prog)  # type: ignore[attr-defined]
