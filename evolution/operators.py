@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 
 from evolution.adapter_slots import Adapter, Slot, check_same_layout, find_slots
-from evolution.thin_svd import OneSidedSVD, factored_svds, one_sided_svds, roots_of_grams, tall_inner, tall_times
+from evolution.thin_svd import FactoredSVD, OneSidedSVD, factored_svds, one_sided_svds, roots_of_grams, tall_inner, tall_times
 
 NULL_SIGMA = 1e-6
 NORMAL_CHUNK = 1 << 16  # entries per normal_ call on CPU (256 KiB of float32)
@@ -74,6 +74,11 @@ STRENGTH_RANGE: dict[str, tuple[float, float]] = {
     "rotate_subspace": (0.0, math.pi / 2),
     "gaussian_noise": (0.0, math.inf),
     "blend_svd": (0.0, 1.0),
+    "layer_noise": (0.0, math.inf),
+    "mask_components": (0.0, 1.0),
+    "dare": (0.0, 0.99),
+    "splice_svd": (0.0, 1.0),
+    "extrapolate": (0.0, 1.5),
 }
 
 
@@ -142,19 +147,60 @@ def perturb_singular_values(parent: Adapter, strength: float = 0.1, generator: t
     relative change = ||sigma' - sigma|| / ||sigma||.
     """
     strength = check_strength("perturb_singular_values", strength)
+
+    def new_sigma(sigma: torch.Tensor) -> tuple[torch.Tensor, SlotReport]:
+        z = _randn(tuple(sigma.shape), generator, sigma.device, torch.float64)
+        return sigma * torch.exp(strength * z), {}
+
+    return _with_singular_values(parent, "perturb_singular_values", strength, new_sigma)
+
+
+def mask_components(
+    parent: Adapter, strength: float = 0.25, generator: torch.Generator | None = None, rescale: bool = False
+) -> Child:
+    """Drop each singular component with probability p = ``strength``: sigma_j' = m_j sigma_j, m_j ~ Bernoulli(1 - p).
+
+    U and V are kept; a dropped component becomes a null one (zero B column, unit A row scaled to the RMS
+    A row norm), so the child keeps its rank r of trainable directions. relative change =
+    ||sigma' - sigma|| / ||sigma|| = sqrt(sum_dropped sigma_j^2) / ||sigma||.
+
+    Not rescaled by default: Delta W' is then the orthogonal projection of Delta W onto the kept components,
+    the nearest matrix to Delta W with those components, and the change is only the dropped energy. DARE's
+    1 / (1 - p) keeps E[Delta W'] = Delta W over many draws, but a single child is one draw: rescaling
+    inflates every kept direction by 1 / (1 - p), which adds (p / (1 - p))^2 sum_kept sigma^2 to the squared
+    change (for p = 0.25: the change at least doubles) without restoring the dropped directions.
+    ``rescale=True`` gives DARE's convention. The drops use u_j < p on one uniform u_j per component, so for
+    one generator seed a larger p drops a superset.
+    """
+    strength = check_strength("mask_components", strength)
+    if rescale and strength >= 1:
+        raise ValueError("mask_components: rescale needs strength < 1")
+
+    def new_sigma(sigma: torch.Tensor) -> tuple[torch.Tensor, SlotReport]:
+        keep = (torch.rand(tuple(sigma.shape), generator=generator, device=_gen_device(generator), dtype=torch.float64) >= strength)
+        keep = keep.to(sigma.device, sigma.dtype)
+        scale = 1.0 / (1.0 - strength) if rescale else 1.0
+        return sigma * keep * scale, {"dropped": float((keep == 0).sum())}
+
+    return _with_singular_values(parent, "mask_components", strength, new_sigma)
+
+
+def _with_singular_values(
+    parent: Adapter, name: str, strength: float, new_sigma: Callable[[torch.Tensor], tuple[torch.Tensor, SlotReport]]
+) -> Child:
+    """Each slot rebuilt as U diag(sigma') V^T (balanced factors), sigma' = ``new_sigma(sigma)`` in slot key order."""
     factors, report = {}, {}
     with torch.no_grad():
         items = _each_slot(parent)
         svds = factored_svds([([b], [a.mT], None) for _, a, b in items])
         for (slot, a, b), svd in zip(items, svds):
-            z = _randn((a.shape[0],), generator, svd.sigma.device, torch.float64)
-            sigma = svd.sigma * torch.exp(strength * z)
+            sigma, extra = new_sigma(svd.sigma)
             b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], a.shape[0])
             factors[slot.b_key] = tall_times([(b, _f32(svd.left * b_scale[None, :]))])
             factors[slot.a_key] = _f32(svd.right * a_scale[None, :]).mT @ a
             change = _ratio(float(torch.linalg.vector_norm(sigma - svd.sigma)), float(torch.linalg.vector_norm(svd.sigma)))
-            report[slot.name] = {"relative_change": change}
-    return Child(_finish(parent, factors), "perturb_singular_values", strength, report)
+            report[slot.name] = {"relative_change": change, **extra}
+    return Child(_finish(parent, factors), name, strength, report)
 
 
 def _outside_span_gram(tall: torch.Tensor, coef: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -312,6 +358,37 @@ def gaussian_noise(parent: Adapter, strength: float = 0.1, generator: torch.Gene
     return Child(_finish(parent, factors), "gaussian_noise", strength, report)
 
 
+def layer_noise(
+    parent: Adapter, strength: float = 0.1, generator: torch.Generator | None = None, fraction: float = 0.25
+) -> Child:
+    """``gaussian_noise`` on the slots of a random subset of layers, the other slots copied unchanged.
+
+    k = max(1, round(``fraction`` L)) of the L layer indices are drawn without replacement (slots without a
+    layer index count as one extra "layer"); every slot in them gets A' = A + strength rms(A) N,
+    B' = B + strength rms(B) N. The report marks each slot ``noised`` 1 or 0; relative change is exact
+    (``gaussian_noise``'s Gram formula) on noised slots and 0 elsewhere.
+    """
+    strength = check_strength("layer_noise", strength)
+    if not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
+        raise ValueError(f"layer_noise: fraction must be in (0, 1], got {fraction!r}")
+    slots = find_slots(parent)
+    layers = sorted({s.layer for s in slots}, key=lambda layer: (layer is None, layer or 0))
+    count = max(1, round(fraction * len(layers))) if layers else 0
+    order = torch.randperm(len(layers), generator=generator, device=_gen_device(generator)).tolist()
+    chosen = {layers[i] for i in order[:count]}
+    noised = [s for s in slots if s.layer in chosen]
+    inner = gaussian_noise({k: parent[k] for s in noised for k in (s.a_key, s.b_key)}, strength, generator)
+    factors = {key: tensor.detach().clone() for key, tensor in parent.items()}
+    factors.update(inner.state_dict)
+    report: dict[str, SlotReport] = {}
+    for slot in slots:
+        if slot.layer in chosen:
+            report[slot.name] = {**inner.report[slot.name], "noised": 1.0}
+        else:
+            report[slot.name] = {"relative_change": 0.0, "noised": 0.0}
+    return Child(_finish(parent, factors), "layer_noise", strength, report)
+
+
 def _with_noise_gram(gram: torch.Tensor, tall: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """[X, N]^T [X, N] in float64, given X^T X (X, N: d x r)."""
     cross = tall_inner(tall, noise)
@@ -368,17 +445,109 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
     docstring.
     """
     weight = check_strength("blend_svd", weight)
-    slots = check_same_layout(a, b)
+    pairs = _pairs(a, b)
+    middles = []
+    for pair in pairs:
+        ones = torch.ones(pair[1].shape[0], dtype=torch.float64)
+        middles.append(torch.cat([weight * ones, (1 - weight) * ones]))
+    return _rank_r_merge(a, pairs, middles, "blend_svd", weight)
+
+
+def extrapolate(a: Adapter, b: Adapter, strength: float = 1.0, generator: torch.Generator | None = None) -> Child:
+    """Best rank-r approximation of dW_a + eta (dW_a - dW_b), eta = ``strength`` (the paper's range: [1, 1.5]).
+
+    Extrapolates from parent b past parent a (the replacement policy passes the stronger parent as a):
+    s [B_a, B_b] diag((1 + eta) I, -eta I) [A_a; A_b], rank <= 2r, truncated to r like ``blend_svd`` (same
+    route, same report: ``truncation_error`` = ||sigma_{r+1..2r}|| / ||sigma|| of the extrapolated product,
+    ``relative_change_a``/``_b``). eta = 0 gives parent a; ||child - dW_a|| grows like eta ||dW_a - dW_b||.
+    Deterministic: ``generator`` is unused.
+    """
+    eta = check_strength("extrapolate", strength)
+    pairs = _pairs(a, b)
+    middles = []
+    for pair in pairs:
+        ones = torch.ones(pair[1].shape[0], dtype=torch.float64)
+        middles.append(torch.cat([(1 + eta) * ones, -eta * ones]))
+    return _rank_r_merge(a, pairs, middles, "extrapolate", eta)
+
+
+def dare(
+    a: Adapter, b: Adapter, strength: float = 0.1, generator: torch.Generator | None = None, weight: float = 0.5
+) -> Child:
+    """DARE on singular components: drop, rescale, merge, back to rank r.
+
+    Each parent's dW_p = sum_j sigma_pj u_pj v_pj^T loses each rank-one component with probability
+    p = ``strength`` and keeps the rest scaled by 1 / (1 - p) (so E[dW_p'] = dW_p, DARE's point); the child is
+    the best rank-r approximation of w dW_a' + (1 - w) dW_b'. p = 0 is ``blend_svd(weight)``.
+
+    Why components, not entries (Yu et al. drop entries of the task vector): an entry mask on dW is a dense
+    d_out x d_in product (18944 x 3584 per 7B slot) of full rank, and a mask on the entries of A and B depends
+    on the arbitrary split of dW into factors (B R, R^-1 A is the same adapter). The singular components are
+    the adapter's own basis, and dropping them stays in r x r coordinates: dW_p = B_p C_p A_p with
+    C_p = L_p diag(sigma_p) R_p^T (``factored_svds``), the drop acts on sigma_p, and the merge is
+    [B_a, B_b] blockdiag(w C_a', (1 - w) C_b') [A_a; A_b], truncated like ``blend_svd`` (same report).
+    The drops use one uniform per component (parent a's slots, then b's, in key order): u < p drops.
+    """
+    strength = check_strength("dare", strength)
+    weight = check_strength("blend_svd", weight)
+    pairs = _pairs(a, b)
+    cores = _component_cores(pairs)
+    where = _gen_device(generator)
+    scale = 1.0 / (1.0 - strength)
+    middles = []
+    for pair, (svd_a, svd_b) in zip(pairs, cores):
+        rank = pair[1].shape[0]
+        parts = []
+        for svd, w in ((svd_a, weight), (svd_b, 1 - weight)):
+            keep = (torch.rand(rank, generator=generator, device=where, dtype=torch.float64) >= strength).to(svd.sigma)
+            parts.append((svd.left * (w * scale * svd.sigma * keep)[None, :]) @ svd.right.mT)
+        middles.append(torch.block_diag(*parts))
+    return _rank_r_merge(a, pairs, middles, "dare", strength)
+
+
+def splice_svd(a: Adapter, b: Adapter, strength: float = 0.5, generator: torch.Generator | None = None) -> Child:
+    """One-point crossover of the ranked singular components: a's top k, then b's components k+1..r.
+
+    k = r - round(``strength`` r): strength 0 is parent a, 1 is parent b. The child
+    sum_{j<=k} sigma_aj u_aj v_aj^T + sum_{j>k} sigma_bj u_bj v_bj^T has rank <= r but its two parts are not
+    orthogonal to each other; its thin SVD (``blend_svd``'s route on [B_a, B_b] blockdiag(C_a^{<=k}, C_b^{>k})
+    [A_a; A_b], C_p = L_p diag(sigma_p masked) R_p^T in r x r coordinates) re-orthogonalises them, so the
+    child's factors are balanced U sqrt(Sigma), sqrt(Sigma) V^T and ``truncation_error`` is ~0 (reported).
+    Deterministic: ``generator`` is unused.
+    """
+    strength = check_strength("splice_svd", strength)
+    pairs = _pairs(a, b)
+    middles = []
+    for pair, (svd_a, svd_b) in zip(pairs, _component_cores(pairs)):
+        rank = pair[1].shape[0]
+        cut = rank - round(strength * rank)
+        from_a = (torch.arange(rank) < cut).to(svd_a.sigma)
+        parts = [(svd.left * (svd.sigma * mask)[None, :]) @ svd.right.mT for svd, mask in ((svd_a, from_a), (svd_b, 1 - from_a))]
+        middles.append(torch.block_diag(*parts))
+    return _rank_r_merge(a, pairs, middles, "splice_svd", strength)
+
+
+def _pairs(a: Adapter, b: Adapter) -> list[tuple[Slot, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(slot, A_a, B_a, A_b, B_b) per slot, float32, after checking that the parents share one layout."""
+    return [
+        (slot, a[slot.a_key].detach().float(), a[slot.b_key].detach().float(), b[slot.a_key].detach().float(), b[slot.b_key].detach().float())
+        for slot in check_same_layout(a, b)
+    ]
+
+
+def _component_cores(pairs: list) -> list[tuple[FactoredSVD, FactoredSVD]]:
+    """Each parent's thin SVD per slot (one batched ``factored_svds`` call): dW_p = B_p (L_p diag(sigma_p) R_p^T) A_p."""
+    svds = factored_svds([([b], [a.mT], None) for _, a_a, b_a, a_b, b_b in pairs for a, b in ((a_a, b_a), (a_b, b_b))])
+    return list(zip(svds[0::2], svds[1::2]))
+
+
+def _rank_r_merge(parent: Adapter, pairs: list, middles: list[torch.Tensor], name: str, strength: float) -> Child:
+    """Top-r SVD of each slot's [B_a, B_b] D [A_a; A_b] (D: ``middles``, a 2r vector or a 2r x 2r matrix) as
+    balanced factors, with ``truncation_error`` and the relative change to each parent (see ``blend_svd``)."""
     factors: dict[str, torch.Tensor] = {}
     report: dict[str, SlotReport] = {}
     with torch.no_grad():
-        pairs, products = [], []
-        for slot in slots:
-            a_a, b_a = a[slot.a_key].detach().float(), a[slot.b_key].detach().float()
-            a_b, b_b = b[slot.a_key].detach().float(), b[slot.b_key].detach().float()
-            pairs.append((slot, a_a, b_a, a_b, b_b))
-            ones = torch.ones(a_a.shape[0], dtype=torch.float64)
-            products.append(([b_a, b_b], [a_a.mT, a_b.mT], torch.cat([weight * ones, (1 - weight) * ones])))
+        products = [([b_a, b_b], [a_a.mT, a_b.mT], middle) for (_, a_a, b_a, a_b, b_b), middle in zip(pairs, middles)]
         svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs])
         two_sided, by_rank = [], {}
         for pair, product, svd in zip(pairs, products, svds):
@@ -391,11 +560,11 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
             by_rank.setdefault((rank, svd.sigma.device), []).append((slot.name, svd))
         for (rank, _), named in by_rank.items():
             reports = _blend_reports_one_sided([svd for _, svd in named], rank)
-            report.update(zip([name for name, _ in named], reports))
+            report.update(zip([name_ for name_, _ in named], reports))
         if two_sided:
             _blend_two_sided(two_sided, factors, report)
-    report = {slot.name: report[slot.name] for slot in slots}
-    return Child(_finish(a, factors), "blend_svd", weight, report)
+    report = {pair[0].name: report[pair[0].name] for pair in pairs}
+    return Child(_finish(parent, factors), name, strength, report)
 
 
 def _write_blend(factors: dict[str, torch.Tensor], pair: tuple, left: torch.Tensor, right: torch.Tensor) -> None:
@@ -472,9 +641,14 @@ MUTATIONS: dict[str, Mutation] = {
     "perturb_singular_values": perturb_singular_values,
     "rotate_subspace": rotate_subspace,
     "gaussian_noise": gaussian_noise,
+    "layer_noise": layer_noise,
+    "mask_components": mask_components,
 }
 CROSSOVERS: dict[str, Crossover] = {
     "swap_slots": swap_slots,
     "blend_svd": blend_svd,
+    "dare": dare,
+    "splice_svd": splice_svd,
+    "extrapolate": extrapolate,
 }
 OPERATORS: Mapping[str, Callable[..., Child]] = {**MUTATIONS, **CROSSOVERS}

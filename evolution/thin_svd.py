@@ -259,14 +259,21 @@ class FactoredSVD:
 Product = tuple[Sequence[torch.Tensor], Sequence[torch.Tensor], torch.Tensor | None]
 
 
+def _times_middle(root: torch.Tensor, middle: torch.Tensor) -> torch.Tensor:
+    """R D for the middle factor D of X D Y^T: a vector (D = diag(middle)) or an m x m matrix, batched or not."""
+    if middle.dim() == root.dim():
+        return root @ middle
+    return root * middle.unsqueeze(-2)
+
+
 def factored_svds(products: Sequence[Product], scaling: float = 1.0) -> list[FactoredSVD]:
-    """Thin SVD of each s * [out_blocks] diag(weights) [in_blocks]^T (blocks tall: d x r_i; weights None = 1)."""
+    """Thin SVD of each s * [out_blocks] D [in_blocks]^T (blocks tall: d x r_i; D = diag(weights) for a vector,
+    the m x m matrix itself for a matrix, I for None)."""
     x_roots = gram_roots([out for out, _, _ in products])
     y_roots = gram_roots([inp for _, inp, _ in products])
     cores = []
     for (_, _, weights), x_root, y_root in zip(products, x_roots, y_roots):
-        scaled = x_root.root if weights is None else x_root.root * weights.to(x_root.root)[None, :]
-        cores.append(scaled)
+        cores.append(x_root.root if weights is None else _times_middle(x_root.root, weights.to(x_root.root)))
     result: list[FactoredSVD | None] = [None] * len(products)
     for indices in _group_by_shape(cores).values():
         x_r = torch.stack([cores[i] for i in indices])
@@ -305,7 +312,10 @@ class OneSidedSVD:
 def one_sided_svds(
     products: Sequence[tuple[Sequence[torch.Tensor], Sequence[torch.Tensor], torch.Tensor]], keep: Sequence[int]
 ) -> list[OneSidedSVD]:
-    """Top-``keep[i]`` SVD of each [out_blocks] diag(weights) [in_blocks]^T by one eigendecomposition of K.
+    """Top-``keep[i]`` SVD of each [out_blocks] D [in_blocks]^T by one eigendecomposition of K.
+
+    D is diag(weights) for a weight vector, or the m x m matrix given (then K = R_x D G_y D^T R_x^T and
+    ``h`` = G_y D^T R_x^T, so K = R_x D h as for a diagonal D).
 
     Against ``factored_svds`` it skips the root of Y (Cholesky, kappa check, inverse) and swaps the m x m SVD
     for a symmetric eigendecomposition (about half the time). The price is precision in the smallest kept
@@ -318,15 +328,15 @@ def one_sided_svds(
     result: list[OneSidedSVD | None] = [None] * len(products)
     groups: dict[tuple, list[int]] = {}
     for i, gram in enumerate(grams_y):
-        groups.setdefault((tuple(gram.shape), gram.device, keep[i]), []).append(i)
-    for (_, _, kept), indices in groups.items():
+        groups.setdefault((tuple(gram.shape), gram.device, keep[i], products[i][2].dim()), []).append(i)
+    for (_, _, kept, _), indices in groups.items():
         gram_y = torch.stack([grams_y[i] for i in indices])
         _check_finite(gram_y)
         weights = torch.stack([products[i][2].to(gram_y) for i in indices])
         root = torch.stack([x_roots[i].root for i in indices])
         pinv = torch.stack([x_roots[i].pinv for i in indices])
-        root_d = root * weights[:, None, :]
-        h = (gram_y * weights[:, None, :]) @ root.mT
+        root_d = _times_middle(root, weights)
+        h = _times_middle(gram_y, weights.mT if weights.dim() == 3 else weights) @ root.mT
         core = root_d @ h
         lam, vec = on_threads(torch.linalg.eigh, core)  # eigh reads one triangle: no symmetrising pass needed
         sigma = lam.flip(-1).clamp_min(0).sqrt()
