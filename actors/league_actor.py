@@ -38,7 +38,7 @@ class LeagueActor:
         self.policy = ReplacementPolicy(
             period=ev.period, operators={k: v.model_dump() for k, v in ev.operators.items()},
             protection_steps=ev.protection_steps, tournament_size=ev.tournament_size,
-            max_relative_change=ev.max_relative_change, sigma_reset=ev.sigma_reset, seed=cfg.run.seed,
+            max_relative_change=ev.max_relative_change, sigma_reset=ev.sigma_reset, rating_entry=ev.rating_entry, seed=cfg.run.seed,
             enabled=ev.enabled and not cfg.population.single_agent,
         )
         self.buffers = make_buffers(cfg.tasks.buffer_capacity, seed_file, cfg.tasks.families)

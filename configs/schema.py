@@ -13,8 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 FAMILIES = ("code_o", "code_i", "code_f")
-MUTATION_NAMES = ("perturb_singular_values", "rotate_subspace", "gaussian_noise")
-CROSSOVER_NAMES = ("swap_slots", "blend_svd")
+MUTATION_NAMES = ("perturb_singular_values", "rotate_subspace", "gaussian_noise", "layer_noise", "mask_components")
+CROSSOVER_NAMES = ("swap_slots", "blend_svd", "dare", "splice_svd", "extrapolate")
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TINY_MODEL = "tiny"
 
@@ -166,7 +166,11 @@ class LeagueConfig(Section):
 
 class OperatorConfig(Section):
     weight: float = Field(1.0, ge=0, le=1000, description="Relative probability of drawing this operator.")
-    strength: float = Field(0.1, ge=0, le=10, description="Operator strength (mutations) or blend weight (blend_svd).")
+    strength: float = Field(
+        0.1, ge=0, le=10,
+        description="Operator strength (docs/evolution.md): noise scale, angle, drop probability (mask_components, dare), "
+                    "blend weight (blend_svd), fraction from parent b (splice_svd), eta (extrapolate).",
+    )
 
 
 def _default_operators() -> dict[str, OperatorConfig]:
@@ -174,8 +178,13 @@ def _default_operators() -> dict[str, OperatorConfig]:
         "perturb_singular_values": OperatorConfig(weight=1.0, strength=0.1),
         "rotate_subspace": OperatorConfig(weight=1.0, strength=0.1),
         "gaussian_noise": OperatorConfig(weight=0.5, strength=0.05),
+        "layer_noise": OperatorConfig(weight=0.5, strength=0.1),
+        "mask_components": OperatorConfig(weight=0.5, strength=0.25),
         "swap_slots": OperatorConfig(weight=1.0, strength=0.0),
         "blend_svd": OperatorConfig(weight=1.0, strength=0.5),
+        "dare": OperatorConfig(weight=0.5, strength=0.1),
+        "splice_svd": OperatorConfig(weight=0.5, strength=0.5),
+        "extrapolate": OperatorConfig(weight=0.5, strength=1.0),
     }
 
 
@@ -190,6 +199,12 @@ class EvolutionConfig(Section):
     tournament_size: int = Field(2, ge=1, le=64, description="Parents are the best of this many members drawn at random.")
     max_relative_change: float = Field(0.5, gt=0, le=10, description="Reject a child whose Delta W moved more than this (relative).")
     sigma_reset: float = Field(25.0 / 6, gt=0, le=1000, description="TrueSkill sigma a child starts with (its mu is the parent's).")
+    rating_entry: Literal["mean_preserving", "parents"] = Field(
+        "mean_preserving",
+        description="How a child's mu enters: 'mean_preserving' = its parents' mean mu, then its whole sub-population "
+                    "shifted so the sub-population's mean mu is unchanged (replacement cannot inflate ratings); "
+                    "'parents' = its parents' mean mu, no shift.",
+    )
 
     @field_validator("operators", mode="before")
     @classmethod

@@ -173,6 +173,14 @@ class League:
         m = self._member(member_id)
         return Rating(m.mu, m.sigma, m.mu - self.config["conservative_k"] * m.sigma)
 
+    def shift_mu(self, member_ids: Iterable[str], delta: float) -> None:
+        """Add ``delta`` to the mu of each member given (sigma unchanged): a translation of a sub-population's
+        ratings, which leaves every win probability inside it unchanged."""
+        if not math.isfinite(delta):
+            raise ValueError(f"mu shift must be finite, got {delta!r}")
+        for member_id in member_ids:
+            self._member(member_id).mu += float(delta)
+
     def ratings(self) -> dict[str, Rating]:
         return {member_id: self.rating(member_id) for member_id in self._members}
 

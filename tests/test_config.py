@@ -79,7 +79,9 @@ def test_overrides_apply():
 
 
 def test_all_operator_weights_zero_is_an_error():
-    names = ["perturb_singular_values", "rotate_subspace", "gaussian_noise", "swap_slots", "blend_svd"]
+    from configs.schema import CROSSOVER_NAMES, MUTATION_NAMES
+
+    names = [*MUTATION_NAMES, *CROSSOVER_NAMES]
     with pytest.raises(ConfigError, match="every operator weight is 0"):
         load_config(None, [f"evolution.operators.{n}.weight=0" for n in names])
 

@@ -124,7 +124,11 @@ def test_commit_puts_the_child_in_the_victims_place():
     adapters = {m: make_adapter(i) for i, m in enumerate(["a", "b", "c"])}
     record, child = policy.evolve(league, "teacher", 20, adapters, torch.Generator().manual_seed(0))
     assert "a" not in league and record.victim == "a" and set(record.parents) == {"b", "c"}
-    assert league.rating(record.id).mu == pytest.approx((30.0 + 20.0) / 2) and league.rating(record.id).sigma == 4.0
+    # the child enters at its parents' mean (25), then the three teachers move by -(25 - 10) / 3 = -5
+    assert record.mean_shift == pytest.approx(-5.0)
+    assert league.rating(record.id).mu == pytest.approx(25.0 - 5.0) == record.mu and league.rating(record.id).sigma == 4.0
+    assert (league.rating("b").mu, league.rating("c").mu) == (pytest.approx(25.0), pytest.approx(15.0))
+    assert league.rating("s0").mu == 25.0  # the other sub-population is untouched
     assert league.member(record.id).role == "teacher" and league.member(record.id).parent == record.parents[0]
     assert (record.operator, record.step, record.relative_change, record.attempts) == ("swap_slots", 20, 0.0, 1)
     assert policy.parents_of(record.id) == list(record.parents) and policy.parents_of("b") == []
@@ -168,3 +172,64 @@ def test_policy_accepts_the_config_section():
     policy = ReplacementPolicy(**config.evolution.model_dump(), seed=config.run.seed)
     assert policy.config["period"] == config.evolution.period
     assert set(policy.config["operators"]) == set(config.evolution.operators)
+
+
+def sub_population_means(league: League) -> dict[str, float]:
+    means = {}
+    for role in ("teacher", "student"):
+        mus = [league.rating(m).mu for m in league.members(role)]
+        means[role] = sum(mus) / len(mus)
+    return means
+
+
+@pytest.mark.parametrize("entry", ["mean_preserving", "parents"])
+def test_replacements_alone_leave_each_sub_populations_mean_mu_unchanged(entry):
+    """No games: only replacements touch the ratings. The old rule ('parents') inflates the mean; the control
+    shows this test can fail."""
+    league = League()
+    for i, mu in enumerate([31.0, 24.0, 19.0, 27.5]):
+        league.add_member(f"t{i}", "teacher", mu=mu, sigma=2.0)
+        league.add_member(f"s{i}", "student", mu=mu - 3.0, sigma=2.0)
+    adapters = {m: make_adapter(i, layers=1) for i, m in enumerate(league.members())}
+    # sigma_reset = the founders' sigma: the conservative rating then orders like mu, so every victim is its
+    # sub-population's lowest mu and every child's parents are above it
+    policy = ReplacementPolicy(operators=ONLY("swap_slots", 0.0), protection_steps=0, sigma_reset=2.0, rating_entry=entry, seed=3)
+    before = sub_population_means(league)
+    spreads = {role: sorted(league.rating(m).mu for m in league.members(role)) for role in ("teacher", "student")}
+    for step in range(1, 25):
+        for role in ("teacher", "student"):
+            record, child = policy.evolve(league, role, step, adapters, torch.Generator().manual_seed(step))
+            adapters[record.id] = child.state_dict
+    after = sub_population_means(league)
+    if entry == "mean_preserving":
+        assert after == pytest.approx(before, abs=1e-9)
+        assert sum(r.mean_shift < 0 for r in policy.lineage) > 24 and all(r.mean_shift <= 0 for r in policy.lineage)
+    else:
+        assert all(after[role] > before[role] + 3.0 for role in before), (before, after)
+        assert all(r.mean_shift == 0.0 for r in policy.lineage)
+    assert len(policy.lineage) == 48 and spreads  # every step replaced one member per role
+
+
+def test_every_configured_operator_is_drawn_by_weight():
+    from evolution.operators import OPERATORS
+
+    league = league_with({"a": 10.0, "b": 30.0, "c": 20.0, "d": 25.0})
+    table = {name: {"weight": 2.0 if name == "dare" else 1.0, "strength": 0.1} for name in OPERATORS}
+    policy = ReplacementPolicy(operators=table, seed=11)
+    drawn = Counter(policy.select(league, "teacher", step).operator for step in range(1, 2001))
+    assert set(drawn) == set(OPERATORS)
+    share = drawn["dare"] / sum(drawn.values())
+    assert share == pytest.approx(2 / (len(OPERATORS) + 1), abs=0.03)
+
+
+@pytest.mark.parametrize("name", ["layer_noise", "mask_components", "dare", "splice_svd", "extrapolate"])
+def test_new_operators_make_accepted_children_through_the_policy(name):
+    league = league_with({"a": 10.0, "b": 30.0, "c": 20.0})
+    strength = {"layer_noise": 0.1, "mask_components": 0.25, "dare": 0.1, "splice_svd": 0.5, "extrapolate": 1.0}[name]
+    policy = ReplacementPolicy(operators=ONLY(name, strength), max_relative_change=10.0, max_truncation_error=1.0, seed=2)
+    adapters = {m: make_adapter(i) for i, m in enumerate(["a", "b", "c"])}
+    record, child = policy.evolve(league, "teacher", 10, adapters, torch.Generator().manual_seed(0))
+    assert (record.operator, child.operator, record.strength) == (name, name, strength)
+    if name == "extrapolate":  # a is the stronger parent
+        ratings = [league.rating(p).conservative for p in record.parents]
+        assert ratings[0] >= ratings[1]
