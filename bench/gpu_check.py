@@ -9,9 +9,13 @@ Parts, each in its own subprocess (a failure or timeout is recorded in the JSON,
    pytest process, so a file that needs it fails to collect and is reported under ``needs_ray``);
 2. ``memory_plan``: ``bench/memory_plan.py --device cuda --layers 28``, the full 7B-shaped learner on one GPU
    measured against ``actors.memory_plan`` (``torch.cuda.max_memory_allocated``);
-3. ``learner``: ``bench/learner.py`` at the 7B widths on CUDA (8 mixed adapters vs 1) where it offers
-   ``--device`` and ``--widths``; otherwise recorded as not run, with the reason;
-4. ``evolution``: ``bench/evolution.py`` on CUDA where it offers ``--device``; otherwise recorded likewise.
+3. ``learner``: ``bench/learner.py --device cuda --widths 7b --layers 28``: one optimizer step of 8 mixed
+   adapters vs the same tokens on 1 (and the bmm kernel), the whole 7B-shaped model, the 7B preset's LoRA and
+   step settings (``mixed8_vs_single_ratio``, wall seconds, ``max_memory_allocated`` per variant);
+4. ``evolution``: ``bench/evolution.py --device cuda``.
+
+A bench part runs only where the script's ``--help`` lists the options it is given (``--device``,
+``--widths``); otherwise it is recorded as not run, with the reason.
 
 Without a CUDA device every part but the listing is recorded as skipped (``"status": "skipped"``).
 """
@@ -108,10 +112,19 @@ def part_bench(cmd: list[str], timeout: float) -> dict:
     return result
 
 
-def offers(script: str, *options: str) -> bool:
-    """Whether ``bench/<script>`` accepts every one of ``options`` (read from its source, nothing is run)."""
-    text = (ROOT / "bench" / script).read_text()
-    return all(f'"{option}"' in text for option in options)
+def offers(script: str, *options: str) -> tuple[bool, str]:
+    """Whether ``python bench/<script> --help`` lists every one of ``options``; and if not, why."""
+    try:
+        proc = subprocess.run([sys.executable, f"bench/{script}", "--help"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+    except subprocess.TimeoutExpired:
+        return False, f"bench/{script} --help timed out"
+    if proc.returncode != 0:
+        return False, f"bench/{script} --help failed ({proc.returncode}): {proc.stderr.strip()[-300:]}"
+    missing = [o for o in options if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", proc.stdout)]
+    if missing:
+        return False, f"bench/{script} has no {'/'.join(missing)} option yet (its --help does not list it)"
+    return True, ""
 
 
 def parts(args: argparse.Namespace) -> dict[str, dict]:
@@ -121,14 +134,13 @@ def parts(args: argparse.Namespace) -> dict[str, dict]:
         "gpu_tests": {"command": f"pytest -m gpu (ray blocked) {' '.join(gpu_test_files())}"},
         "memory_plan": {"command": [py, "bench/memory_plan.py", "--device", "cuda", "--layers", str(args.layers)]},
     }
-    if offers("learner.py", "--device", "--widths"):
-        out["learner"] = {"command": [py, "bench/learner.py", "--device", "cuda", "--widths", "7b"]}
-    else:
-        out["learner"] = {"skip": "bench/learner.py has no --device/--widths option yet (the learners' bench runs on CPU)"}
-    if offers("evolution.py", "--device"):
-        out["evolution"] = {"command": [py, "bench/evolution.py", "--device", "cuda"]}
-    else:
-        out["evolution"] = {"skip": "bench/evolution.py has no --device option yet (its operators run on CPU there)"}
+    benches = {
+        "learner": ("learner.py", ["--device", "cuda", "--widths", "7b", "--layers", str(args.layers)]),
+        "evolution": ("evolution.py", ["--device", "cuda"]),
+    }
+    for name, (script, options) in benches.items():
+        ok, reason = offers(script, *(o for o in options if o.startswith("--")))
+        out[name] = {"command": [py, f"bench/{script}", *options]} if ok else {"skip": reason}
     return out
 
 
@@ -147,7 +159,7 @@ def cuda_info() -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "gpu_check.json")
-    parser.add_argument("--layers", type=int, default=28, help="decoder layers of the memory-plan bench")
+    parser.add_argument("--layers", type=int, default=28, help="decoder layers of the 7B-shaped model (memory-plan and learner benches)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed to each part")
     parser.add_argument("--dry", action="store_true", help="list the parts and their commands, run nothing")
     args = parser.parse_args(argv)
