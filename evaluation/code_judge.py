@@ -217,7 +217,7 @@ def functional_program(code: str, func_name: str, args: list[Any]) -> str:
         f"{LCB_IMPORTS}{code}\n\n_ARGS = {args!r}\n"
         "def _plain(v):\n    if isinstance(v, (list, tuple)):\n        return [_plain(x) for x in v]\n"
         "    if isinstance(v, dict):\n        return {k: _plain(x) for k, x in v.items()}\n    return v\n"
-        f"def f():\n    return _plain({call}(*_ARGS))\n"
+        f"_ENTRY = {call}\ndef f():\n    return _plain(_ENTRY(*_ARGS))\n"
     )
 
 
@@ -326,7 +326,7 @@ class CodeJudge:
             generous = max(self.limits.floor_s, 10.0) * 3
             if p.layout == "evalplus":
                 program = (f"{FLOAT_LITERALS}{p.reference}\n\nimport copy as _copy\n_INPUTS = {p.inputs!r}\n"
-                           f"def f():\n    return [{p.entry_point}(*_copy.deepcopy(a)) for a in _INPUTS]\n")
+                           f"_ENTRY = {p.entry_point}\ndef f():\n    return [_ENTRY(*_copy.deepcopy(a)) for a in _INPUTS]\n")
             else:
                 program = self._check_program(p, p.reference)
             runs.append((program, generous))
@@ -342,7 +342,7 @@ class CodeJudge:
     # -- candidates --------------------------------------------------------------------------
     def _check_program(self, p: CodeProblem, full_code: str) -> str:
         if p.layout == "check":
-            return f"{full_code}\n\n{p.test}\n\ndef f():\n    check({p.entry_point})\n    return True\n"
+            return f"{full_code}\n\n_ENTRY = {p.entry_point}\n{p.test}\n\ndef f():\n    check(_ENTRY)\n    return True\n"
         lines = p.test.splitlines()
         top = [l for l in lines if l.startswith(("import ", "from "))]
         asserts = [l for l in lines if l not in top]
@@ -350,10 +350,10 @@ class CodeJudge:
 
     def _evalplus_program(self, p: CodeProblem, full_code: str) -> str:
         return (
-            f"{FLOAT_LITERALS}{full_code}\n{COMPARE}\n_ENTRY_NAME = {p.entry_point!r}\n_ATOL = {p.atol!r}\n"
+            f"{FLOAT_LITERALS}{full_code}\n_ENTRY = {p.entry_point}\n{COMPARE}\n_ENTRY_NAME = {p.entry_point!r}\n_ATOL = {p.atol!r}\n"
             f"_INPUTS = {p.inputs!r}\n_EXPECTED = {self.expected[p.source]}\n"
             "def f():\n    for _i, _args in enumerate(_INPUTS):\n"
-            f"        _out = {p.entry_point}(*_copy.deepcopy(_args))\n"
+            "        _out = _ENTRY(*_copy.deepcopy(_args))\n"
             "        if not _same(_out, _EXPECTED[_i], _args):\n"
             "            return ('fail', _i, repr(_out)[:200])\n    return ('pass',)\n"
         )
