@@ -12,8 +12,11 @@ Routes compared in the same run:
 - float64 Householder QR of both factors + core SVD on the same slots, extrapolated likewise.
 
 Progress goes to stderr; the last stdout line is one JSON object with ``median_s`` (operator -> seconds per
-child) and ``dense_svd_ratio`` (extrapolated dense time / measured perturb_singular_values time).
-Run: ``nice -n 10 python bench/evolution.py`` (about 3-6 minutes on two cores; ``--quick`` for a 4-layer smoke run).
+child), ``ratio_to_perturb`` (each operator's time over perturb_singular_values' in the same run, so a number
+from a loaded machine can still be judged), the load (``os.getloadavg`` before and after, ``uptime``) and
+``dense_svd_ratio`` (extrapolated dense time / measured perturb_singular_values time).
+Run: ``nice -n 10 python bench/evolution.py`` (about 4-8 minutes on two cores; ``--quick`` for a 4-layer smoke
+run; ``--device cuda`` puts the adapters and the generator on the GPU and synchronises around every timing).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import gc
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -64,6 +68,9 @@ def random_adapter(layers: int, seed: int) -> dict[str, torch.Tensor]:
     return adapter
 
 
+SYNC = lambda: None  # noqa: E731  (torch.cuda.synchronize under --device cuda)
+
+
 def timed(fn, repeats: int, warmup: bool = True) -> tuple[float, object, float]:
     """Median wall and process-CPU seconds of ``repeats`` calls, after one untimed warm-up call.
 
@@ -76,8 +83,10 @@ def timed(fn, repeats: int, warmup: bool = True) -> tuple[float, object, float]:
     for _ in range(repeats):
         result = None
         gc.collect()
+        SYNC()
         cpu, start = time.process_time(), time.perf_counter()
         result = fn()
+        SYNC()
         walls.append(time.perf_counter() - start)
         cpus.append(time.process_time() - cpu)
     return statistics.median(walls), result, statistics.median(cpus)
@@ -88,6 +97,13 @@ def load_average() -> list[float]:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return []
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def dense_route(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,7 +121,14 @@ def main() -> None:
     parser.add_argument("--threads", default="2,1",
                         help="torch intra-op thread counts to time the operators with; the first one is median_s")
     parser.add_argument("--quick", action="store_true", help="4 layers, 1 repeat, no dense SVD of the MLP slots")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the adapters and the generator live")
     args = parser.parse_args()
+    global SYNC
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: no CUDA device")
+        SYNC = torch.cuda.synchronize
     if args.quick:
         args.layers, args.repeats = 4, 1
     threads = [int(t) for t in args.threads.split(",")]
@@ -114,7 +137,8 @@ def main() -> None:
     load_before = load_average()
     log(f"torch {torch.__version__}; threads {threads}; load average {load_before}; "
         f"building two rank-{RANK} adapters, {args.layers} layers")
-    parent_a, parent_b = random_adapter(args.layers, 1), random_adapter(args.layers, 2)
+    parent_a = {k: v.to(device) for k, v in random_adapter(args.layers, 1).items()}
+    parent_b = {k: v.to(device) for k, v in random_adapter(args.layers, 2).items()}
     slots = find_slots(parent_a)
     factor_bytes = sum(t.numel() * t.element_size() for t in parent_a.values())
     log(f"{len(slots)} slots, {factor_bytes / 2**20:.0f} MiB of float32 factors per adapter")
@@ -125,6 +149,12 @@ def main() -> None:
         "gaussian_noise": lambda g: operators.MUTATIONS["gaussian_noise"](parent_a, strength=0.05, generator=g),
         "swap_slots": lambda g: operators.CROSSOVERS["swap_slots"](parent_a, parent_b, generator=g),
         "blend_svd": lambda g: operators.CROSSOVERS["blend_svd"](parent_a, parent_b, weight=0.5, generator=g),
+        # the new members of the family, at their replacement-policy default strengths
+        "layer_noise": lambda g: operators.layer_noise(parent_a, strength=0.1, generator=g),
+        "mask_components": lambda g: operators.mask_components(parent_a, strength=0.25, generator=g),
+        "dare": lambda g: operators.dare(parent_a, parent_b, strength=0.1, generator=g),
+        "splice_svd": lambda g: operators.splice_svd(parent_a, parent_b, strength=0.5, generator=g),
+        "extrapolate": lambda g: operators.extrapolate(parent_a, parent_b, strength=1.0, generator=g),
     }
     by_threads: dict[int, dict[str, float]] = {}
     cpu_by_threads: dict[int, dict[str, float]] = {}
@@ -133,7 +163,7 @@ def main() -> None:
         torch.set_num_threads(n)
         by_threads[n], cpu_by_threads[n] = {}, {}
         for name, call in calls.items():
-            gen = torch.Generator().manual_seed(0)
+            gen = torch.Generator(device=device).manual_seed(0)
             seconds, child, cpu = timed(lambda: call(gen), args.repeats)
             by_threads[n][name], cpu_by_threads[n][name] = seconds, cpu
             changes[name] = child.summary()
@@ -179,8 +209,11 @@ def main() -> None:
         "threads": primary,
         "heap_reuse": heap_reuse,
         "repeats": args.repeats,
+        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
         "load_average_before_after": [load_before, load_average()],
+        "uptime_after": uptime(),
         "median_s": {k: round(v, 4) for k, v in median_s.items()},
+        "ratio_to_perturb": {k: round(v / median_s["perturb_singular_values"], 2) for k, v in median_s.items()},
         "median_s_by_threads": {str(n): {k: round(v, 4) for k, v in m.items()} for n, m in by_threads.items()},
         "median_cpu_s_by_threads": {str(n): {k: round(v, 4) for k, v in m.items()} for n, m in cpu_by_threads.items()},
         "goal_s": 1.0,
