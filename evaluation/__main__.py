@@ -150,12 +150,12 @@ def _build_engine(args: argparse.Namespace, checkpoint: Path):
         if model_path(other) != base:
             raise RunDirError(f"{args.compare} was trained on {model_path(other)}, not on this run's base {base}: "
                               "one engine serves one base model")
-        compared = [("compare", "compare/", m) for m in members(checkpoint_dir(args.compare, args.compare_checkpoint))]
+        compared = [("compare", "compare:", m) for m in members(checkpoint_dir(args.compare, args.compare_checkpoint))]
     everyone = population + compared
     engine = make_engine(
         args.backend or config.inference.backend, base, max_adapters=len(everyone),
         max_lora_rank=max(m.rank for _, _, m in everyone), dtype=config.model.dtype, max_model_len=config.model.max_seq_len,
-        seed=config.run.seed,
+        seed=config.run.seed, target_modules=list(config.lora.target_modules),
     )
     models: list[ModelSpec] = []
     for group, prefix, m in everyone:

@@ -1,0 +1,83 @@
+"""``python -m evaluation`` on a tiny run: every member, the base and a compared (single-agent) run
+in one engine, one mixed-adapter pass per benchmark; the table, results.json and the chart."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+import evaluation_files as files
+from configs import Config, dump_config
+from evaluation.__main__ import main
+
+
+def write_run(root: Path, model: Path, members: dict[int, list[str]], step: int, seed: int) -> Path:
+    """A run directory with config.yaml and one checkpoint of random (non-zero) PEFT adapters."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    config = Config.model_validate({"model": {"path": str(model), "max_seq_len": 512}, "lora": {"rank": 4, "alpha": 8.0},
+                                    "tasks": {"prompt_style": "r1"}, "inference": {"backend": "hf", "max_tokens": 6}})
+    root.mkdir(parents=True)
+    (root / "config.yaml").write_text(dump_config(config))
+    for learner, names in members.items():
+        for k, name in enumerate(names):
+            torch.manual_seed(seed + 10 * learner + k)
+            base = AutoModelForCausalLM.from_pretrained(model)
+            peft = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=list(config.lora.target_modules), init_lora_weights=False))
+            peft.save_pretrained(root / "checkpoints" / f"step-{step}" / "learners" / str(learner) / "adapters" / name)
+    (root / "checkpoints" / "latest").write_text(f"step-{step}")
+    return root
+
+
+def digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def test_evaluates_every_member_the_base_and_a_compared_run(tiny_qwen2, tmp_path, capsys):
+    run = write_run(tmp_path / "population", tiny_qwen2, {0: ["m0", "m1"], 1: ["m2"]}, step=4, seed=0)
+    single = write_run(tmp_path / "single", tiny_qwen2, {0: ["agent"]}, step=4, seed=100)
+    data = tmp_path / "data"
+    files.humaneval_check(data / "HumanEval.jsonl")
+    files.write_jsonl(data / "gsm8k" / "test.jsonl", files.MATH_ROWS["gsm8k"] * 2)
+    before = {p: digest(p) for p in (data, tiny_qwen2, run / "checkpoints", single)}
+
+    assert main([str(run), "--benchmarks", "humaneval,gsm8k", "--data", str(data), "--compare", str(single),
+                 "--workers", "2", "--timeout-floor", "2"]) == 0
+    out = capsys.readouterr()
+    results = json.loads((run / "eval/step-4/results.json").read_text())
+    assert set(results["models"]) == {"m0", "m1", "m2", "base", "compare:agent"}
+    assert {m["group"] for m in results["models"].values()} == {"population", "base", "compare"}
+    for name in ("humaneval", "gsm8k"):
+        timing = results["timings"][name]
+        assert timing["engine_passes"] == 1
+        assert timing["requests"] == results["benchmarks"][name]["problems"] * 5  # every model in the one pass
+        for model in results["models"].values():
+            score = model["benchmarks"][name]
+            assert 0.0 <= score["pass@1"] <= 1.0 and score["n"] == results["benchmarks"][name]["problems"]
+            assert all(len(t["passed"]) == 1 and len(t["reasons"]) == 1 for t in score["tasks"])
+    assert results["prompt_style"] == "r1" and results["engine"] == "HFEngine" and results["math_grader"] == "math-verify"
+    table = (run / "eval/step-4/results.md").read_text()
+    for row in ("| m0 |", "| m1 |", "| m2 |", "| population mean |", "| weakest member (", "| base |", "| compare:agent |"):
+        assert row in table and row in out.out
+    assert table.splitlines()[0] == "| model | humaneval | gsm8k | mean |"
+    assert (run / "eval/step-4/results.png").read_bytes()[:4] == b"\x89PNG"
+    # nothing written into the model, the data or the checkpoints
+    assert {p: digest(p) for p in before} == before
+
+
+def test_a_compared_run_on_another_base_is_refused(tiny_qwen2, tiny_llama, tmp_path, capsys):
+    run = write_run(tmp_path / "a", tiny_qwen2, {0: ["m0"]}, step=1, seed=0)
+    other = write_run(tmp_path / "b", tiny_llama, {0: ["m0"]}, step=1, seed=0)
+    data = tmp_path / "data"
+    files.write_jsonl(data / "gsm8k.jsonl", files.MATH_ROWS["gsm8k"])
+    assert main([str(run), "--benchmarks", "gsm8k", "--data", str(data), "--compare", str(other)]) == 2
+    assert "one engine serves one base model" in capsys.readouterr().err
