@@ -127,6 +127,19 @@ def memory_plan(config: Config, view: ClusterView) -> MemoryPlan:
     return plan_memory(config, load_model_dims(config), plan_placement(config), gpu_bytes, host_view(), source)
 
 
+def missing_resources(config: Config, view: ClusterView) -> list[str]:
+    """The plan's resource lines that ``view`` cannot meet (empty when it fits). A local cluster started here is
+    given as many CPUs as the plan asks for (``actors.cluster.connect``), so only its GPUs can fall short."""
+    plan = plan_placement(config)
+    ok, lines = plan.check(view)
+    if ok:
+        return []
+    short = [line for line in lines if "NOT ENOUGH" in line or "largest node" in line]
+    if not view.source.startswith("Ray cluster"):
+        short = [line for line in short if not line.startswith("CPU:")]
+    return short
+
+
 def dry_run(config: Config) -> int:
     print("# resolved configuration")
     print(dump_config(config))
@@ -160,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.dry_run:
         return dry_run(config)
+    view = cluster_view(os.environ.get("RAY_ADDRESS"))
     try:
-        memory = memory_plan(config, cluster_view(os.environ.get("RAY_ADDRESS")))
+        memory = memory_plan(config, view)
     except PlanInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -170,6 +184,14 @@ def main(argv: list[str] | None = None) -> int:
         print(memory.verdict(), file=sys.stderr)
         return 1
     print(memory.verdict(), flush=True)
+    short = missing_resources(config, view)
+    if short:  # refuse before any actor starts, instead of actors that wait forever for resources
+        print(f"error: {view.source} lacks resources the placement plan needs:", file=sys.stderr)
+        for line in short:
+            print(f"  {line}", file=sys.stderr)
+        print("lower resources.* (inference_gpus, learner_gpus, ...) or run on a larger cluster; "
+              "python launch.py --dry-run shows the plan", file=sys.stderr)
+        return 1
     config = with_resolved_checkpointing(config, memory)
     try:
         from actors.driver import train

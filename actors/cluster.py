@@ -49,7 +49,7 @@ def verifier_nodes(resource: str) -> int:
 
 
 def actor_options(plan: PlacementPlan, actor: ActorPlan, learner_groups: dict[int, Any]) -> dict[str, Any]:
-    """``.options(...)`` for one planned actor: its name, resources and restart policy.
+    """``.options(...)`` for one planned actor: its name, resources and restart policy (Ray restarts only verifiers).
 
     Verifiers request the custom resource only when some node carries it (else the head's CPUs).
     Learners that share a GPU are put in one placement-group bundle so they land on the same GPU.
@@ -59,7 +59,9 @@ def actor_options(plan: PlacementPlan, actor: ActorPlan, learner_groups: dict[in
         "namespace": NAMESPACE,
         "num_cpus": actor.num_cpus,
         "num_gpus": actor.num_gpus,
-        "max_restarts": -1 if actor.role == "verifier" else 3,
+        # Verifiers are stateless: Ray restarts them and the pool resubmits. The stateful actors are never
+        # restarted by Ray (a restart would come back with fresh state); the driver recovers them instead.
+        "max_restarts": -1 if actor.role == "verifier" else 0,
         "lifetime": None,
     }
     if actor.role == "verifier" and verifier_nodes(plan.verifier_resource):

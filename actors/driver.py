@@ -3,6 +3,12 @@
 Progress: one line per step (valid and solve rates, rewards, ratings, evolution, seconds) under a
 tqdm bar; a summary at the end. ``--resume`` restores the latest complete checkpoint of the run
 directory (adapters, optimizer states, league and lineage, buffers, RNG states) and continues.
+
+Recovery: when an actor dies (a learner, the engine, the league; a killed verifier is retried by the
+pool), the driver stops every actor, starts a new set, restores the latest complete checkpoint into it
+and continues from the step after it, at most ``run.max_recoveries`` times. The steps after the
+checkpoint are recomputed identically; metrics.jsonl drops their first rows and gets one
+``{"event": "recovery", ...}`` record. ``RUN_DIR/status.json`` says why the run stopped.
 """
 
 from __future__ import annotations
@@ -15,13 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from configs import Config
-from actors.run_dir import RunDirectory
+from actors.run_dir import CheckpointWriteError, RunDirectory
 
 log = logging.getLogger("populora")
 
 
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
 def resolve_model(config: Config) -> str:
-    """The model directory: the built-in tiny model (built and cached on first use) or a local path."""
+    """The model directory: the built-in tiny model (built and cached on first use) or a local path holding a
+    config.json, weights and a tokenizer; anything else is a ``SystemExit`` saying what is missing."""
     if config.model.path == "tiny":
         from tinycoder import ensure_model
 
@@ -31,6 +42,14 @@ def resolve_model(config: Config) -> str:
         raise SystemExit(
             f"error: model.path={config.model.path!r} is not a local model directory with a config.json "
             "(models are never downloaded; set POPULORA_MODEL or override model.path=/path/to/model)"
+        )
+    missing = [what for what, patterns in (("weights (*.safetensors or *.bin)", WEIGHT_FILES),
+                                           ("a tokenizer (tokenizer.json or tokenizer_config.json)", TOKENIZER_FILES))
+               if not any(any(path.glob(p)) for p in patterns)]
+    if missing:
+        raise SystemExit(
+            f"error: the model directory {path} is incomplete: it has a config.json but no {' and no '.join(missing)} "
+            "(copy the whole model directory, e.g. huggingface-cli download <model> --local-dir DIR on a machine online)"
         )
     return str(path)
 
@@ -66,8 +85,72 @@ def summary(rows: list[dict[str, Any]], run: RunDirectory, wall: float) -> str:
     ])
 
 
+def is_actor_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) says an actor or an object's owner died: what recovery handles."""
+    from ray.exceptions import ObjectLostError, RayActorError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (RayActorError, ObjectLostError)):
+            return True
+        current = getattr(current, "cause", None) or current.__cause__
+    return False
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    return int(checkpoint.name.split("-")[1])
+
+
+class Recovery:
+    """Replaces a system one of whose actors died by a new one restored from the latest complete checkpoint."""
+
+    def __init__(self, config: Config, plan: Any, model_path: str, run: RunDirectory):
+        self.config, self.plan, self.model_path, self.run = config, plan, model_path, run
+        self.count = 0
+
+    def start(self, checkpoint: Path | None) -> tuple[Any, int]:
+        """A new system restored from ``checkpoint`` (or fresh, publishing the initial adapters); the step restored."""
+        from actors.system import System
+
+        system = System.start(self.config, self.plan, self.model_path)
+        if checkpoint is None:
+            system.publish_adapters(all_members=True)
+            return system, 0
+        system.restore(checkpoint)
+        return system, checkpoint_step(checkpoint)
+
+    def recover(self, system: Any, exc: BaseException, failed_step: int, since: float) -> tuple[Any, int]:
+        """Stop ``system`` (one of its actors died with ``exc`` during ``failed_step``), start and restore a new
+        one; print a line and append a recovery record. ``since``: when the work now lost began (the last
+        checkpoint). Returns the new system and the step restored."""
+        dead = system.dead_actors()
+        system.stop(release_shared_base=False)
+        checkpoint, notes = self.run.find_checkpoint()
+        for note in notes:
+            print(f"[populora] {note}", file=sys.stderr, flush=True)
+        system, restored = self.start(checkpoint)
+        self.run.truncate_metrics(restored)
+        self.count += 1
+        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+        record = {"event": "recovery", "recovery": self.count, "actors": dead or ["unknown"], "error": error,
+                  "failed_step": failed_step, "restored_step": restored,
+                  "seconds_lost": round(time.perf_counter() - since, 2)}
+        self.run.append_event(record)
+        print(f"[populora] recovered ({self.count} of at most {self.config.run.max_recoveries}): "
+              f"{', '.join(record['actors'])} died in step {failed_step} ({type(exc).__name__}); "
+              f"restored {'step-' + str(restored) if restored else 'the initial state'}, continuing at step "
+              f"{restored + 1}; {record['seconds_lost']:.0f} s lost", file=sys.stderr, flush=True)
+        return system, restored
+
+
 def train(config: Config, resume: bool = False) -> int:
-    """Run ``config`` (continuing its run directory when ``resume``); returns the exit code."""
+    """Run ``config`` (continuing its run directory when ``resume``); returns the exit code.
+
+    Attaches to the Ray session of this process when one is running (and leaves it running), else
+    connects or starts one (``actors.cluster.connect``) and shuts it down at the end.
+    """
     import ray
     from tqdm import tqdm
 
@@ -75,60 +158,97 @@ def train(config: Config, resume: bool = False) -> int:
     from actors.loop import run_step
     from actors.placement import plan_placement
     from actors.rollouts import StepPrompts
-    from actors.system import System
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run = RunDirectory(config.run.run_dir or default_run_dir(config))
     start_step = 1
-    checkpoint = run.latest_checkpoint() if resume else None
+    checkpoint, notes = run.find_checkpoint() if resume else (None, [])
+    if resume:
+        print(f"[populora] resuming {run.root}: {run.describe_status(run.read_status())}", flush=True)
+        for note in notes:
+            print(f"[populora] {note}", file=sys.stderr, flush=True)
     if resume and checkpoint is None:
         print(f"error: {run.root} has no complete checkpoint to resume from", file=sys.stderr)
         return 2
     if checkpoint is not None:
-        start_step = int(checkpoint.name.split("-")[1]) + 1
+        start_step = checkpoint_step(checkpoint) + 1
         run.truncate_metrics(start_step - 1)
     last_step = start_step - 1 + config.run.steps if resume else config.run.steps
     run.create(config.model_copy(update={"run": config.run.model_copy(update={"run_dir": run.root})}))
 
-    model_path = resolve_model(config)
-    try:  # before any actor starts: a chat style on a model without a chat template stops here
-        prompts = StepPrompts.from_config(config, model_path)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+    try:
+        model_path = resolve_model(config)
+        prompts = StepPrompts.from_config(config, model_path)  # a chat style on a model without a chat template stops here
+    except (ValueError, SystemExit) as err:
+        print(str(err) if str(err).startswith("error:") else f"error: {err}", file=sys.stderr)
         return 2
     print(f"[populora] prompts: style {config.tasks.prompt_style}, at most {prompts.budget} prompt tokens "
           f"(max_seq_len {config.model.max_seq_len} - max_tokens {config.inference.max_tokens})", flush=True)
     plan = plan_placement(config)
+    owns_ray = not ray.is_initialized()
     print(f"[populora] connecting: {connect(plan.totals(verifier_on_workers=False)['CPU'])}", flush=True)
-    system = System.start(config, plan, model_path)
+    recovery = Recovery(config, plan, model_path, run)
+    system, _ = recovery.start(checkpoint)
     print(f"[populora] actors up: {', '.join(a.name for a in plan.actors if a.role != 'verifier')} "
           f"+ {config.verifier.actors} verifiers; inference backend: {system.backend}", flush=True)
     if checkpoint is not None:
-        system.restore(checkpoint)
         print(f"[populora] resumed from {checkpoint}: league state equal to the saved one; continuing at step {start_step}",
               flush=True)
-    else:
-        system.publish_adapters(all_members=True)
 
     rows: list[dict[str, Any]] = []
-    began = time.perf_counter()
-    bar = tqdm(range(start_step, last_step + 1), desc=config.run.name, unit="step", file=sys.stderr, dynamic_ncols=True)
+    began = since = time.perf_counter()
+    step, fault = start_step, None
+    run.write_status("running", start_step - 1, 0)
+    bar = tqdm(total=last_step - start_step + 1, desc=config.run.name, unit="step", file=sys.stderr, dynamic_ncols=True)
+    state, cause, code = "failed", None, 1
     try:
-        for step in bar:
-            row = run_step(system, step, prompts)
-            run.append_metrics(row)
-            system.publish_metrics(row)
-            rows.append(row)
-            bar.write(format_step(row, last_step))
-            if step % config.run.checkpoint_every == 0 or step == last_step:
-                run.save_checkpoint(step, lambda d, s=step: system.checkpoint(d, s))
+        while step <= last_step:
+            try:
+                if fault is not None:
+                    system, restored = recovery.recover(system, fault, step, since)
+                    fault, since, step = None, time.perf_counter(), restored + 1
+                    rows = [r for r in rows if r["step"] <= restored]
+                    bar.n = max(0, restored - start_step + 1)
+                    bar.refresh()
+                row = run_step(system, step, prompts)
+                run.append_metrics(row)
+                system.publish_metrics(row)
+                rows.append(row)
+                bar.write(format_step(row, last_step))
+                bar.update(1)
+                if step % config.run.checkpoint_every == 0 or step == last_step:
+                    run.save_checkpoint(step, lambda d, s=step: system.checkpoint(d, s))
+                    since = time.perf_counter()
+                run.write_status("running", step, recovery.count)
+                step += 1
+            except Exception as exc:
+                if not is_actor_fault(exc):
+                    raise
+                if recovery.count >= config.run.max_recoveries:
+                    cause = (f"an actor died in step {step} ({type(exc).__name__}) after {recovery.count} recoveries "
+                             f"(run.max_recoveries={config.run.max_recoveries})")
+                    print(f"error: {cause}; resume with: python launch.py --resume {run.root}", file=sys.stderr)
+                    return 1
+                fault = exc
+        state, code = "finished", 0
     except KeyboardInterrupt:
         print(f"\n[populora] interrupted; resume with: python launch.py --resume {run.root}", file=sys.stderr)
+        state, code = "interrupted", 130
         return 130
+    except CheckpointWriteError as exc:
+        cause = str(exc)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except BaseException as exc:
+        cause = f"{type(exc).__name__}: {exc}"
+        raise
     finally:
         bar.close()
         run.close()
+        run.write_status(state, (rows[-1]["step"] if rows else start_step - 1), recovery.count, cause)
         system.stop()
-        ray.shutdown()
-    print(summary(rows, run, time.perf_counter() - began), flush=True)
-    return 0
+        if owns_ray:
+            ray.shutdown()
+    recovered = f" (recovered {recovery.count} time(s))" if recovery.count else ""
+    print(summary(rows, run, time.perf_counter() - began) + recovered, flush=True)
+    return code

@@ -26,7 +26,7 @@ from actors.engines.adapter_store import ram_backed_root, write_adapter_dir
 log = logging.getLogger(__name__)
 
 
-@ray.remote(max_restarts=3)
+@ray.remote(max_restarts=0)  # stateful: the driver recovers it from a checkpoint (actors.driver)
 class InferenceActor:
     def __init__(self, backend: str, model_path: str, max_adapters: int, max_lora_rank: int, dtype: str,
                  max_model_len: int, engine_args: dict[str, Any], seed: int, target_modules: tuple[str, ...]):
@@ -64,6 +64,13 @@ class InferenceActor:
 
     def adapters(self) -> dict[str, int]:
         return self.engine.adapters()
+
+    def scratch(self) -> tuple[str, list[str]]:
+        """(node id, directories this actor owns in RAM-backed storage): what to delete should it be killed
+        before ``close`` (``System.stop`` removes them on that node)."""
+        store = getattr(self.engine, "store", None)
+        paths = [str(self._tmp)] + ([str(store.root)] if store is not None else [])
+        return ray.get_runtime_context().get_node_id(), paths
 
     def close(self) -> None:
         """Free the engine and delete its adapter directories (called before the actor is killed)."""

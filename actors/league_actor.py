@@ -15,7 +15,7 @@ import ray
 LEAGUE_ROLE = {"teacher": "teacher", "student": "student", "agent": "both"}
 
 
-@ray.remote(max_restarts=3)
+@ray.remote(max_restarts=0)  # stateful: the driver recovers it from a checkpoint (actors.driver)
 class LeagueActor:
     def __init__(self, config: dict[str, Any], members: list[tuple[str, str]], seed_file: str | None):
         from configs import Config
@@ -102,15 +102,19 @@ class LeagueActor:
             return []
         return [sel for role in ("teacher", "student") if (sel := self.policy.select(self.league, role, step)) is not None]
 
-    def make_child(self, selection: Any, parents: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        """Make the child from the parents' adapters, put it in the victim's place, return its lineage event.
+    @ray.method(num_returns=2)
+    def make_child(self, selection: Any, *parent_states: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Make the child from the parents' adapters (``parent_states`` in the order of ``selection.parents``),
+        put it in the victim's place; returns (its lineage event, its state dict).
 
-        The event carries the child's ``state_dict`` for the learner and the engine.
+        Two returns, so the driver fetches the event only and hands the state dict's reference on to the
+        learner: the parents' and the child's weights move between actors by reference, never through
+        the driver.
         """
         import torch
 
         generator = torch.Generator().manual_seed(self.config.run.seed * 100_003 + selection.step)
-        offspring = self.policy.make_child(selection, [parents[p] for p in selection.parents], generator)
+        offspring = self.policy.make_child(selection, list(parent_states), generator)
         prefix = selection.role[0]
         child_id = f"{prefix}{self.next_id[selection.role]}"
         self.next_id[selection.role] += 1
@@ -118,7 +122,7 @@ class LeagueActor:
         del self.roles[selection.victim]
         self.roles[child_id] = selection.role
         event = {**record.to_dict(), "child": child_id, "replaced": selection.victim}
-        return {**event, "state_dict": offspring.child.state_dict}
+        return event, offspring.child.state_dict
 
     # metrics and state -------------------------------------------------------------------------
     def publish_metrics(self, row: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 
-@ray.remote(max_restarts=3)
+@ray.remote(max_restarts=0)  # stateful: the driver recovers it from a checkpoint (actors.driver)
 class LearnerActor:
     def __init__(self, model_path: str, members: list[str], lora: dict[str, Any], rl: dict[str, Any],
                  dtype: str, seed: int, cuda_base: dict[str, Any] | None = None, temperature: float = 1.0):
@@ -88,9 +88,13 @@ class LearnerActor:
         from actors.rollouts import advantage_group
         from learners.batching import Sample
 
+        unowned = sorted({s.member for s in samples} - set(self.slots))
+        if unowned:
+            raise ValueError(f"{self!r} got samples of {unowned}, members it does not own (it owns {sorted(self.slots)}): "
+                             "the driver's member table and the learners disagree")
         batch = [
             Sample(self.slots[s.member], s.prompt_ids, s.completion_ids, s.reward, advantage_group(s, self.advantage_baseline))
-            for s in samples if s.completion_ids and s.member in self.slots
+            for s in samples if s.completion_ids
         ]
         if not batch:
             return {}
@@ -128,7 +132,8 @@ class LearnerActor:
         return slot_state_dict(self.model, self.slots[member])
 
     def replace(self, victim: str, child: str, state: dict[str, Any]) -> None:
-        """Evolution: the child takes the victim's slot (weights in place, fresh optimizer state)."""
+        """Evolution: the child takes the victim's slot (weights in place, fresh optimizer state). ``state``
+        arrives from the league actor by object reference (resolved here by Ray), never through the driver."""
         from learners.peft_io import load_slot_state_dict
 
         slot = self.slots.pop(victim)
@@ -138,14 +143,14 @@ class LearnerActor:
         self.slots[child] = slot
         self.versions[child] = 0
 
-    def checkpoint(self, checkpoint_dir: str, token: str, subdir: str) -> list[str]:
+    def checkpoint(self, checkpoint_dir: str, token: str, subdir: str) -> dict[str, dict[str, Any]]:
         """Write this learner's state into ``checkpoint_dir/subdir`` (the driver's temporary checkpoint
         directory, which ``token`` proves this process sees): ``adapters/<member>/`` PEFT directories
-        (float32 master weights), optimizer states, torch RNG, slot table; synced. Returns the relative
-        paths written."""
+        (float32 master weights), optimizer states, torch RNG, slot table; synced. Returns the manifest
+        entries (size, SHA-256) of the files written, by path relative to ``checkpoint_dir/subdir``."""
         import torch
 
-        from actors.run_dir import check_checkpoint_dir, fsync_tree
+        from actors.run_dir import check_checkpoint_dir, fsync_tree, tree_digests
 
         check_checkpoint_dir(Path(checkpoint_dir), token, repr(self))
         root = Path(checkpoint_dir) / subdir
@@ -156,7 +161,7 @@ class LearnerActor:
         torch.save(torch.get_rng_state(), root / "torch_rng.pt")
         (root / "slots.json").write_text(json.dumps({"slots": self.slots, "versions": self.versions}))
         fsync_tree(root)
-        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+        return tree_digests(root)
 
     def restore(self, checkpoint_dir: str, token: str, subdir: str) -> None:
         """Load the state ``checkpoint`` wrote into ``checkpoint_dir/subdir``."""

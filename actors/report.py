@@ -33,6 +33,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     for line in path.read_text().splitlines():
         if line.strip():
             rows.append(json.loads(line))
+    rows = [r for r in rows if "step" in r]  # event records (a recovery) sit between the step rows
     if not rows:
         raise ValueError(f"{path} holds no steps yet")
     return rows

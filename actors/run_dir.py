@@ -8,10 +8,19 @@ Layout::
     RUN_DIR/tensorboard/           TensorBoard event files
     RUN_DIR/checkpoints/step-N/    one complete checkpoint per N (written as .tmp-step-N, then renamed)
     RUN_DIR/checkpoints/latest     name of the newest complete checkpoint (replaced atomically)
+    RUN_DIR/status.json            why the run stopped: running / finished / interrupted / failed, the cause,
+                                   the recoveries, the last step (``running`` after a kill: nobody wrote it)
 
 A checkpoint directory appears under its final name only after every file in it is written and
 synced, and ``latest`` moves only after that, so the latest checkpoint is always complete even if
-the run is killed mid-write.
+the run is killed mid-write. Each checkpoint ends with ``manifest.json`` (written last): the size
+and SHA-256 of every other file. ``find_checkpoint`` checks it and falls back to the checkpoint
+before a damaged one (a file truncated or changed after the fact), saying why; the two newest
+checkpoints are kept. The disk filling up while a checkpoint is written raises
+``CheckpointWriteError`` with the previous checkpoint kept and the partial one removed.
+
+``metrics.jsonl`` holds one row per step and, between them, event records (``{"event": "recovery",
+...}``) that are not steps: ``read_metrics`` returns the steps, ``read_events`` the events.
 
 The driver is not the only writer of a checkpoint: each learner writes its own files
 (``learners/<i>/``) straight into the temporary directory, so adapter and optimizer state never pass
@@ -22,11 +31,14 @@ clearly where a learner's node does not share the run directory's file system.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import secrets
 import shutil
 import socket
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,10 +46,64 @@ from configs import Config, dump_config
 
 
 CHECKPOINT_ID = ".checkpoint-id"
+MANIFEST = "manifest.json"
 
 
 class CheckpointDirectoryError(RuntimeError):
     """A process cannot see the checkpoint directory the driver made (no shared file system)."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (the disk is full); the previous one is kept."""
+
+
+def file_digest(path: Path) -> dict[str, Any]:
+    """``{"size", "sha256"}`` of one file: a checkpoint manifest entry (each writer hashes its own files)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return {"size": Path(path).stat().st_size, "sha256": digest.hexdigest()}
+
+
+def tree_digests(root: Path) -> dict[str, dict[str, Any]]:
+    """Manifest entries of every file under ``root``, by path relative to it."""
+    return {p.relative_to(root).as_posix(): file_digest(p) for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+def checkpoint_problem(directory: Path) -> str | None:
+    """Why the checkpoint ``directory`` cannot be trusted (its manifest missing, a file missing, truncated or
+    changed), or None when every file matches its manifest entry."""
+    manifest = Path(directory) / MANIFEST
+    if not manifest.is_file():
+        return f"it has no {MANIFEST} (cut short, or written by an older version)"
+    try:
+        entries = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError) as exc:
+        return f"its {MANIFEST} is unreadable ({exc})"
+    for name, want in sorted(entries.items()):
+        path = Path(directory) / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != want["size"]:
+            return f"{name} has {path.stat().st_size} bytes, its manifest says {want['size']} (truncated?)"
+        if file_digest(path)["sha256"] != want["sha256"]:
+            return f"{name} does not match its checksum in the manifest"
+    return None
+
+
+def disk_full(exc: BaseException) -> OSError | None:
+    """The ENOSPC/EDQUOT error behind ``exc`` (raised here, or in an actor: Ray wraps it), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return current
+        if "No space left on device" in str(current) or "Disk quota exceeded" in str(current):
+            return current if isinstance(current, OSError) else OSError(errno.ENOSPC, str(current).splitlines()[-1])
+        current = getattr(current, "cause", None) or current.__cause__
+    return None
 
 
 def fsync_tree(path: Path) -> None:
@@ -106,8 +172,39 @@ class RunDirectory:
         self.checkpoints.mkdir(exist_ok=True)
         _write_atomic(self.root / "config.yaml", dump_config(config))
 
+    # status ------------------------------------------------------------------------------------
+    @property
+    def status_path(self) -> Path:
+        return self.root / "status.json"
+
+    def read_status(self) -> dict[str, Any] | None:
+        """The last recorded status, or None where the run never wrote one."""
+        try:
+            return json.loads(self.status_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def write_status(self, state: str, last_step: int, recoveries: int, cause: str | None = None) -> None:
+        """Record why the run stopped (or that it runs): ``state`` is running, finished, interrupted or failed."""
+        _write_atomic(self.status_path, json.dumps({
+            "state": state, "last_step": last_step, "recoveries": recoveries, "cause": cause,
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }))
+
+    @staticmethod
+    def describe_status(status: dict[str, Any] | None) -> str:
+        """One sentence on how the previous session of the run ended."""
+        if status is None:
+            return "it recorded no status (written by an older version)"
+        recovered = f", after recovering {status['recoveries']} time(s)" if status.get("recoveries") else ""
+        if status["state"] == "running":
+            return (f"its driver stopped without recording why (killed, or the machine went down) after step "
+                    f"{status['last_step']}{recovered}")
+        cause = f": {status['cause']}" if status.get("cause") else ""
+        return f"it {status['state']} at step {status['last_step']}{recovered}{cause}"
+
     # metrics -----------------------------------------------------------------------------------
-    def read_metrics(self) -> list[dict[str, Any]]:
+    def _records(self) -> list[dict[str, Any]]:
         if not self.metrics_path.is_file():
             return []
         rows = []
@@ -118,10 +215,30 @@ class RunDirectory:
                 break  # a line cut by a kill mid-write ends the log
         return rows
 
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """The step rows, in order."""
+        return [r for r in self._records() if "step" in r]
+
+    def read_events(self) -> list[dict[str, Any]]:
+        """The event records (recoveries), in order."""
+        return [r for r in self._records() if "event" in r]
+
     def truncate_metrics(self, last_step: int) -> None:
-        """Keep the rows up to ``last_step`` (a resumed run repeats the steps after its checkpoint)."""
-        rows = [r for r in self.read_metrics() if r.get("step", 0) <= last_step]
+        """Keep the rows up to ``last_step`` and every event (a resumed or recovered run repeats the steps after
+        its checkpoint); samples.jsonl likewise."""
+        rows = [r for r in self._records() if r.get("step", 0) <= last_step]
         _write_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+        samples = self.root / "samples.jsonl"
+        if samples.is_file():
+            kept = [line for line in samples.read_text().splitlines(keepends=True)
+                    if line.endswith("\n") and json.loads(line).get("step", 0) <= last_step]
+            _write_atomic(samples, "".join(kept))
+
+    def append_event(self, record: dict[str, Any]) -> None:
+        """Append an event record (``{"event": ..., ...}``) to metrics.jsonl."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.metrics_path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
 
     def append_metrics(self, row: dict[str, Any]) -> None:
         """Append one step; its ``examples`` (raw model text) go to samples.jsonl, not metrics.jsonl."""
@@ -157,14 +274,36 @@ class RunDirectory:
             self._tensorboard = None
 
     # checkpoints -------------------------------------------------------------------------------
-    def save_checkpoint(self, step: int, write: Callable[[Path], None]) -> Path:
-        """Call ``write(tmp_dir)`` to fill a checkpoint, then publish it as ``step-<step>`` atomically."""
+    def save_checkpoint(self, step: int, write: Callable[[Path], dict[str, dict[str, Any]] | None]) -> Path:
+        """Call ``write(tmp_dir)`` to fill a checkpoint, then publish it as ``step-<step>`` atomically.
+
+        ``write`` returns the manifest entries of what it wrote (``tree_digests``; writers on other nodes hash
+        their own files); anything else has every file hashed here. ``manifest.json`` is written last. When the
+        disk fills up the partial copy is removed and ``CheckpointWriteError`` says what to do; the previous
+        checkpoint stays the latest.
+        """
         final = self.checkpoints / f"step-{step}"
         tmp = self.checkpoints / f".tmp-step-{step}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        write(tmp)
-        fsync_tree(tmp)
+        try:
+            tmp.mkdir(parents=True)
+            entries = write(tmp)
+            entries = entries if isinstance(entries, dict) else tree_digests(tmp)
+            fsync_tree(tmp)
+            _write_atomic(tmp / MANIFEST, json.dumps({"step": step, "files": entries}, sort_keys=True))
+        except BaseException as exc:
+            full = disk_full(exc)
+            if full is None:
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            previous = self.latest_checkpoint_name()
+            raise CheckpointWriteError(
+                f"the disk is full: checkpoint step-{step} could not be written under {self.checkpoints} "
+                f"({full.strerror or full}); the partial copy was removed and "
+                f"{'the previous checkpoint ' + previous + ' is kept' if previous else 'no earlier checkpoint exists'}. "
+                f"Free space there (or set run.run_dir on a larger disk), then continue with: "
+                f"python launch.py --resume {self.root}"
+            ) from exc
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -176,12 +315,28 @@ class RunDirectory:
     def _step_dirs(self) -> list[Path]:
         return sorted(self.checkpoints.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
 
-    def latest_checkpoint(self) -> Path | None:
+    def latest_checkpoint_name(self) -> str | None:
         pointer = self.checkpoints / "latest"
-        if not pointer.is_file():
-            return None
-        path = self.checkpoints / pointer.read_text().strip()
-        return path if path.is_dir() else None
+        return pointer.read_text().strip() if pointer.is_file() else None
+
+    def find_checkpoint(self) -> tuple[Path | None, list[str]]:
+        """The newest checkpoint (at or before ``latest``) whose files match its manifest, and a message for
+        each damaged one skipped on the way."""
+        name = self.latest_checkpoint_name()
+        if name is None:
+            return None, []
+        newest = int(name.split("-")[1])
+        notes = []
+        for path in reversed([p for p in self._step_dirs() if int(p.name.split("-")[1]) <= newest]):
+            problem = checkpoint_problem(path)
+            if problem is None:
+                return path, notes
+            notes.append(f"checkpoint {path.name} is damaged ({problem}); using the one before it")
+        return None, notes
+
+    def latest_checkpoint(self) -> Path | None:
+        """The newest undamaged checkpoint (``find_checkpoint`` without its messages)."""
+        return self.find_checkpoint()[0]
 
     @staticmethod
     def write_json(path: Path, value: Any) -> None:

@@ -5,6 +5,12 @@ inference engine, one learner per role (per learner GPU), the verifier pool and 
 Members are LoRA adapters named by id (``t0``, ``s0``, ...; ``a0`` for the single agent); the
 league owns the registry, each learner owns the trainable copies of its role's members, the engine
 serves the published versions.
+
+No silent state: the driver keeps the member -> learner table (``owners``, read from the learners at
+start and after a restore, moved on evolution); a sample of a member no learner owns is an error. After
+every publish each engine replica's adapter versions must equal the learners' (``check_versions``).
+Stateful actors are never restarted by Ray (``max_restarts=0``): when one dies the driver stops them all
+and starts a new ``System`` from the latest checkpoint (``actors.driver``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.placement_group import remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.cluster import actor_options
 from actors.engines.requests import GenerationRequest
@@ -23,11 +31,37 @@ from actors.inference_actor import InferenceActor
 from actors.league_actor import LeagueActor
 from actors.learner_actor import LearnerActor
 from actors.placement import PlacementPlan
-from actors.run_dir import mark_checkpoint_dir, read_checkpoint_token
+from actors.run_dir import file_digest, mark_checkpoint_dir, read_checkpoint_token
 from actors.rollouts import Sample
 from actors.verifier_pool import VerifierActor, VerifierPool
 from configs import Config
 from verifier.metrics import Coverage
+
+
+@ray.remote(num_cpus=0)
+def remove_paths(paths: list[str]) -> None:
+    """Delete directories on the node this task runs on (what a killed engine left in /dev/shm)."""
+    import shutil
+
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def wait_names_free(names: list[str], timeout_s: float = 60.0) -> None:
+    """Wait until no live actor holds any of ``names`` in namespace ``populora`` (``ray.kill`` is asynchronous;
+    a new system reuses the names)."""
+    import time
+
+    from actors.cluster import NAMESPACE
+
+    deadline = time.monotonic() + timeout_s
+    for name in names:
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(name, namespace=NAMESPACE)
+            except ValueError:
+                break
+            time.sleep(0.1)
 
 
 def initial_members(config: Config) -> list[tuple[str, str]]:
@@ -50,7 +84,9 @@ class System:
     backend: str
     coverage: Coverage = field(default_factory=Coverage)
     versions: dict[str, int] = field(default_factory=dict)
+    owners: dict[str, int] = field(default_factory=dict)  # member -> index into ``flat_learners``
     _learner_groups: dict[int, Any] = field(default_factory=dict)
+    _scratch: list[tuple[str, list[str]]] = field(default_factory=list)  # (node, RAM-backed dirs) of the engines
 
     # start / stop ------------------------------------------------------------------------------
     @classmethod
@@ -99,18 +135,66 @@ class System:
         )
         backend = ray.get(inference[0].backend.remote())
         ray.get([l.ready.remote() for shards in learners.values() for l in shards] + [league.ready.remote()])
-        return cls(cfg, plan, inference, learners, VerifierCalls(VerifierPool(verifier_actors)), league, backend,
-                   _learner_groups=groups)
+        system = cls(cfg, plan, inference, learners, VerifierCalls(VerifierPool(verifier_actors)), league, backend,
+                     _learner_groups=groups, _scratch=ray.get([r.scratch.remote() for r in inference]))
+        system.read_owners()
+        return system
 
-    def stop(self) -> None:
-        """Release what the actors hold outside their processes (/dev/shm copies, sandbox scratch), then kill them."""
-        first = next(iter(self.learners.values()))[0]
-        cleanups = [first.release_shared_base.remote()] + [r.close.remote() for r in self.inference]
-        cleanups += [v.close.remote() for v in self.verifiers.pool.actors]
+    @property
+    def flat_learners(self) -> list[Any]:
+        """Every learner shard, in a fixed order (role, then shard): the index of ``owners`` and of ``learners/<i>``."""
+        return [l for shards in self.learners.values() for l in shards]
+
+    def _planned_handles(self) -> list[Any]:
+        """Handles in the order of ``plan.actors``."""
+        it = {"inference": iter(self.inference), "verifier": iter(self.verifiers.pool.actors),
+              "league": iter([self.league])}
+        shards = {role: iter(handles) for role, handles in self.learners.items()}
+        return [next(shards[a.role.removeprefix("learner-")]) if a.role.startswith("learner") else next(it[a.role])
+                for a in self.plan.actors]
+
+    def name_of(self, actor_id: str | None) -> str | None:
+        """The planned name of the actor with this id (hex), or None."""
+        for actor, handle in zip(self.plan.actors, self._planned_handles()):
+            if actor_id is not None and handle._actor_id.hex() == actor_id:
+                return actor.name
+        return None
+
+    def dead_actors(self, timeout_s: float = 10.0) -> list[str]:
+        """Names of the stateful actors that no longer answer (verifiers restart by themselves)."""
+        probes = {}
+        for actor, handle in zip(self.plan.actors, self._planned_handles()):
+            if actor.role == "inference":
+                probes[actor.name] = handle.adapters.remote()
+            elif actor.role != "verifier":
+                probes[actor.name] = handle.ready.remote()
+        ray.wait(list(probes.values()), num_returns=len(probes), timeout=timeout_s)
+        dead = []
+        for name, ref in probes.items():
+            try:
+                ray.get(ref, timeout=0)
+            except Exception:  # died, or did not answer in time: either way it is replaced
+                dead.append(name)
+        return dead
+
+    def stop(self, release_shared_base: bool = True) -> None:
+        """Release what the actors hold outside their processes (/dev/shm copies, sandbox scratch), then kill
+        them and wait until their names are free. Works with dead actors among them (a recovery stops a
+        system one of whose actors was killed): what a dead engine left in RAM-backed storage is removed on
+        its node. ``release_shared_base=False`` keeps the learners' shared base for the next system."""
+        flat = self.flat_learners
+        cleanups = [flat[0].release_shared_base.remote()] if release_shared_base else []
+        cleanups += [r.close.remote() for r in self.inference] + [v.close.remote() for v in self.verifiers.pool.actors]
         ray.wait(cleanups, num_returns=len(cleanups), timeout=60)
-        for actor in [*self.inference, *self.verifiers.pool.actors, self.league,
-                      *(learner for shards in self.learners.values() for learner in shards)]:
-            ray.kill(actor)
+        for actor in self._planned_handles():
+            ray.kill(actor, no_restart=True)
+        ray.wait([remove_paths.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(paths)
+                  for node, paths in self._scratch if node in {n["NodeID"] for n in ray.nodes() if n.get("Alive")}],
+                 num_returns=len(self._scratch), timeout=60)
+        for group in self._learner_groups.values():
+            remove_placement_group(group)
+        self._learner_groups, self._scratch = {}, []  # stopping twice (a failed recovery, then the end) is harmless
+        wait_names_free([a.name for a in self.plan.actors])
 
     # generation --------------------------------------------------------------------------------
     def request(self, member: str, prompt: str, n: int = 1, seed: int | None = None) -> GenerationRequest:
@@ -133,16 +217,24 @@ class System:
         return [out for chunk in ray.get(calls) for out in chunk]
 
     # learners ----------------------------------------------------------------------------------
+    def read_owners(self) -> None:
+        """Ask every learner which members it owns (at start and after a restore)."""
+        self.owners = {m: i for i, mine in enumerate(ray.get([l.members.remote() for l in self.flat_learners])) for m in mine}
+
     def learner_of(self, member: str) -> Any:
-        owners = ray.get([l.owns.remote(member) for shards in self.learners.values() for l in shards])
-        flat = [l for shards in self.learners.values() for l in shards]
-        return flat[owners.index(True)]
+        if member not in self.owners:
+            raise KeyError(f"no learner owns member {member!r} (owned: {sorted(self.owners)})")
+        return self.flat_learners[self.owners[member]]
 
     def train(self, samples: list[Sample]) -> dict[str, Any]:
-        """Every learner trains all its members present in ``samples`` in one pass; returns per-member stats."""
-        flat = [l for shards in self.learners.values() for l in shards]
-        owned = ray.get([l.members.remote() for l in flat])
-        calls = [l.train.remote([s for s in samples if s.member in mine]) for l, mine in zip(flat, owned)]
+        """Every learner trains all its members present in ``samples`` in one pass; returns per-member stats.
+
+        A sample of a member no learner owns is an error (never dropped)."""
+        unowned = sorted({s.member for s in samples} - set(self.owners))
+        if unowned:
+            raise RuntimeError(f"samples of {unowned}, members no learner owns (learners own {sorted(self.owners)})")
+        flat = self.flat_learners
+        calls = [l.train.remote([s for s in samples if self.owners[s.member] == i]) for i, l in enumerate(flat)]
         stats: dict[str, Any] = {}
         for result in ray.get(calls):
             stats.update(result)
@@ -153,9 +245,10 @@ class System:
 
         Each version crosses the object store once: its learner puts the PEFT files (in the serving dtype)
         and returns a reference; the driver hands that same reference to every replica, which maps it
-        (zero-copy on the learner's node). No adapter bytes pass through the driver.
+        (zero-copy on the learner's node). No adapter bytes pass through the driver. Then every replica's
+        versions are checked against the learners' (``check_versions``).
         """
-        flat = [l for shards in self.learners.values() for l in shards]
+        flat = self.flat_learners
         exports = ray.get([l.export.remote(members, self.config.model.dtype) for l in flat])
         loads = []
         for exported in exports:
@@ -163,17 +256,33 @@ class System:
                 self.versions[member] = version
                 loads += [replica.load_adapter_files.remote(member, ref, version) for replica in self.inference]
         ray.get(loads)
+        self.check_versions()
+
+    def check_versions(self) -> None:
+        """Raise unless every engine replica serves exactly the members the learners own, at the versions
+        they exported (one cheap call per replica)."""
+        expected = {m: self.versions.get(m) for m in self.owners}
+        for i, served in enumerate(ray.get([replica.adapters.remote() for replica in self.inference])):
+            if dict(served) != expected:
+                raise RuntimeError(f"inference replica {i} serves adapter versions {dict(sorted(served.items()))}, "
+                                   f"the learners hold {dict(sorted(expected.items()))}")
 
     # evolution ---------------------------------------------------------------------------------
     def evolve(self, step: int) -> list[dict[str, Any]]:
         """The league picks victims and parents; the child is made from the parents' adapters and takes
-        the victim's learner slot (fresh optimizer state) and engine adapter."""
+        the victim's learner slot (fresh optimizer state) and engine adapter.
+
+        The weights move by reference: the parents' state dicts go from their learners to the league
+        (top-level arguments, resolved by Ray in the league), the child's from the league to the learner;
+        the driver fetches only the lineage event."""
         events = []
         for selection in ray.get(self.league.plan_replacements.remote(step)):
-            parents = {p: self.learner_of(p).state_dict.remote(p) for p in selection.parents}
-            event = ray.get(self.league.make_child.remote(selection, {p: ray.get(r) for p, r in parents.items()}))
-            child_state = event.pop("state_dict")
+            parents = [self.learner_of(p).state_dict.remote(p) for p in selection.parents]
+            event_ref, child_state = self.league.make_child.remote(selection, *parents)
+            event = ray.get(event_ref)
             ray.get(self.learner_of(selection.victim).replace.remote(selection.victim, event["child"], child_state))
+            self.owners[event["child"]] = self.owners.pop(selection.victim)
+            self.versions.pop(selection.victim, None)
             ray.get([replica.remove_adapter.remote(selection.victim) for replica in self.inference])
             self.publish_adapters(members=[event["child"]])
             events.append(event)
@@ -183,30 +292,42 @@ class System:
     def publish_metrics(self, row: dict[str, Any]) -> None:
         ray.get(self.league.publish_metrics.remote(row))
 
-    def checkpoint(self, directory: Path, step: int) -> None:
+    def checkpoint(self, directory: Path, step: int) -> dict[str, dict[str, Any]]:
         """Fill the (temporary) checkpoint ``directory``: each learner writes its own files under
-        ``learners/<i>/`` (nothing passes through the driver); the driver writes the league's and its own."""
-        flat = [l for shards in self.learners.values() for l in shards]
+        ``learners/<i>/`` (nothing passes through the driver); the driver writes the league's and its own.
+        Returns the manifest entries of every file (each learner hashes its own)."""
         token = mark_checkpoint_dir(directory)
-        ray.get([l.checkpoint.remote(str(directory), token, f"learners/{i}") for i, l in enumerate(flat)])
+        written = ray.get([l.checkpoint.remote(str(directory), token, f"learners/{i}") for i, l in enumerate(self.flat_learners)])
+        entries = {f"learners/{i}/{name}": entry for i, files in enumerate(written) for name, entry in files.items()}
         (directory / "league.json").write_text(json.dumps(ray.get(self.league.state_dict.remote())))
         (directory / "driver.json").write_text(json.dumps({
             "step": step, "coverage": self.coverage.state_dict(), "versions": self.versions,
         }))
+        for name in (".checkpoint-id", "league.json", "driver.json"):
+            entries[name] = file_digest(directory / name)
+        return entries
 
     def restore(self, directory: Path) -> None:
-        """Load a checkpoint written by ``checkpoint``: each learner reads its own files from ``directory``."""
-        flat = [l for shards in self.learners.values() for l in shards]
+        """Load a checkpoint written by ``checkpoint``: each learner reads its own files from ``directory``;
+        the engines then serve exactly the saved versions (checked)."""
+        flat = self.flat_learners
         token = read_checkpoint_token(directory)
         ray.get([l.restore.remote(str(directory), token, f"learners/{i}") for i, l in enumerate(flat)])
+        self.read_owners()
         saved = json.loads((directory / "league.json").read_text())
         ray.get(self.league.load_state_dict.remote(saved))
         restored = ray.get(self.league.state_dict.remote())
         if json.dumps(restored, sort_keys=True) != json.dumps(saved, sort_keys=True):
             raise RuntimeError(f"the league state restored from {directory} differs from the saved one")
+        if set(self.owners) != set(saved["roles"]):
+            raise RuntimeError(f"{directory}: the learners own {sorted(self.owners)}, the league lists {sorted(saved['roles'])}")
         driver = json.loads((directory / "driver.json").read_text())
         self.coverage.load_state_dict(driver["coverage"])
+        self.versions = {}
         self.publish_adapters(all_members=True)
+        if self.versions != driver["versions"]:
+            raise RuntimeError(f"{directory}: the restored learners export versions {self.versions}, the checkpoint "
+                               f"recorded {driver['versions']}")
 
 
 class VerifierCalls:

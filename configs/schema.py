@@ -288,6 +288,11 @@ class RunConfig(Section):
     checkpoint_every: int = Field(5, ge=1, le=1_000_000, description="Write a checkpoint every N steps (and at the end).")
     run_dir: Path | None = Field(None, description="Output directory; default runs/<timestamp>.")
     name: str = Field("populora", min_length=1, max_length=128, description="Run name in logs and the dashboard.")
+    max_recoveries: int = Field(
+        3, ge=0, le=1000,
+        description="Times the driver may recover by itself from a dead actor (recreate the actors, restore the latest "
+                    "checkpoint, continue) before the run fails; 0 fails at the first dead actor.",
+    )
 
 
 class Config(Section):

@@ -159,3 +159,15 @@ def test_the_store_adopts_a_written_directory_by_rename(tmp_path):
     with pytest.raises(AdapterLoadError, match="not a plain file name"):
         write_adapter_dir({"../escape": b""}, tmp_path / "bad")
     store.close()
+
+
+def test_a_sample_of_a_member_no_learner_owns_is_an_error(system):
+    from actors.rollouts import Sample
+
+    stray = Sample(member="s99", role="student", family="code_o", prompt_ids=[1, 2], completion_ids=[3],
+                   logprobs=[-1.0], reward=1.0)
+    with pytest.raises(RuntimeError, match=r"samples of \['s99'\], members no learner owns"):
+        system.train([stray])
+    with pytest.raises(ray.exceptions.RayTaskError, match="members it does not own"):  # a learner refuses too
+        ray.get(learners(system)[0].train.remote([stray]))
+    system.check_versions()  # the engines serve exactly the learners' versions

@@ -1,0 +1,242 @@
+"""Faults on a real local Ray cluster: an actor's process killed with SIGKILL mid-run (each kind), the
+driver killed while it writes a checkpoint, a damaged checkpoint, and the clear errors users meet.
+
+The in-process runs share one Ray cluster (``ray_session``); ``train`` attaches to it and leaves it up.
+A fault-free reference run and one run per killed actor kind, 3 steps each on the tiny test model,
+evolution at step 2: a killed run must end with each step once in metrics.jsonl, a recovery record,
+and the same league state and adapters as the reference.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+
+from actors.cluster import NAMESPACE
+from actors.run_dir import CheckpointWriteError, RunDirectory
+from configs import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SHORT = [
+    "model.tiny_variant=test",
+    "tasks.tasks_per_teacher=3",
+    "tasks.rollouts_k=2",
+    "inference.max_tokens=96",
+    "evolution.period=2",
+    "evolution.protection_steps=1",
+    "run.checkpoint_every=1",
+    "verifier.actors=2",
+    "run.steps=3",
+]
+CLASSES = {"LearnerActor", "InferenceActor", "LeagueActor", "VerifierActor"}
+OURS = ("populora-", ".populora-", "verifier-")  # what our actors put in /dev/shm
+
+
+def shm_entries() -> set[str]:
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.iterdir() if p.name.startswith(OURS)} if shm.is_dir() else set()
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    from tinycoder import ensure_model
+
+    ensure_model("test", progress=False)
+    ray.init(num_cpus=max(4, os.cpu_count() or 1), namespace=NAMESPACE, include_dashboard=False,
+             logging_level="WARNING")
+    yield
+    ray.shutdown()
+
+
+def actor_pids() -> dict[str, int]:
+    """Name -> pid of every live named actor of ours (from the GCS actor table)."""
+    out = {}
+    for info in ray._private.state.actors().values():
+        if info["ActorClassName"] in CLASSES and info["State"] == "ALIVE" and info.get("Pid"):
+            out[info["Name"]] = info["Pid"]
+    return out
+
+
+def all_pids() -> set[int]:
+    return {info["Pid"] for info in ray._private.state.actors().values()
+            if info["ActorClassName"] in CLASSES and info.get("Pid")}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def run_in_process(run_dir: Path, kill: str | None = None, after_step: int = 1) -> tuple[int, set[int]]:
+    """Train 3 steps in this process; with ``kill``, SIGKILL that actor's process once step ``after_step``'s
+    row is in metrics.jsonl. Returns the exit code and every actor pid seen."""
+    from actors.driver import train
+
+    config = load_config(None, SHORT + [f"run.run_dir={run_dir}", "run.max_recoveries=2"])
+    seen: set[int] = set()
+    killed: list[int] = []
+    done = threading.Event()
+
+    def killer() -> None:
+        metrics = run_dir / "metrics.jsonl"
+        while not done.is_set():
+            rows = [json.loads(l) for l in metrics.read_text().splitlines()] if metrics.is_file() else []
+            if any(r.get("step") == after_step for r in rows):
+                pid = actor_pids().get(kill)
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True) if kill else None
+    if thread:
+        thread.start()
+    try:
+        code = train(config)
+        seen |= all_pids()
+    finally:
+        done.set()
+        if thread:
+            thread.join()
+    if kill:
+        assert killed, f"{kill} was never killed"
+    return code, seen | set(killed)
+
+
+def final_state(run_dir: Path) -> tuple[dict, dict[str, bytes], list[dict]]:
+    checkpoint = run_dir / "checkpoints" / "step-3"
+    league = json.loads((checkpoint / "league.json").read_text())
+    adapters = {p.relative_to(checkpoint).as_posix(): p.read_bytes()
+                for p in sorted((checkpoint / "learners").rglob("adapter_model.safetensors"))}
+    rows = [{k: v for k, v in r.items() if k != "phase_seconds"} for r in RunDirectory(run_dir).read_metrics()]
+    return league, adapters, rows
+
+
+@pytest.fixture(scope="module")
+def reference(ray_session, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    code, _ = run_in_process(run_dir)
+    assert code == 0
+    return final_state(run_dir)
+
+
+@pytest.mark.parametrize("kind", ["learner-teacher", "learner-student", "inference", "league", "verifier-0"])
+def test_an_actor_killed_mid_run_is_recovered_and_nothing_is_lost(kind, reference, tmp_path, capfd):
+    before = shm_entries()
+    run_dir = tmp_path / "run"
+    code, pids = run_in_process(run_dir, kill=kind)
+    assert code == 0
+    run = RunDirectory(run_dir)
+    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]
+    events = run.read_events()
+    if kind.startswith("verifier"):  # Ray restarts a verifier and the pool resubmits: no driver recovery
+        assert events == []
+    else:
+        assert len(events) == 1 and events[0]["actors"] == [kind], events
+        assert events[0]["restored_step"] in (0, 1, 2) and events[0]["seconds_lost"] > 0
+        assert "recovered (1 of at most 2)" in capfd.readouterr().err
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "finished" and status["recoveries"] == len(events) and status["last_step"] == 3
+    league, adapters, rows = final_state(run_dir)
+    assert league == reference[0]
+    assert adapters == reference[1]
+    assert rows == reference[2]
+    deadline = time.monotonic() + 30
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in pids if pid_alive(p)], "actor processes left behind"
+    assert shm_entries() <= before, f"left in /dev/shm: {shm_entries() - before}"
+
+
+def launch(*args: str, timeout: int = 600) -> subprocess.Popen:
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen([sys.executable, "launch.py", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_driver_killed_mid_checkpoint_then_resume_skips_a_damaged_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    driver = launch("--run-dir", str(run_dir), *SHORT)
+    tmp3 = run_dir / "checkpoints" / ".tmp-step-3"
+    try:
+        while driver.poll() is None and not tmp3.exists():
+            time.sleep(0.002)
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver and its local Ray cluster, mid-write of step-3
+    finally:
+        driver.wait(timeout=60)
+    assert driver.returncode == -signal.SIGKILL
+    assert tmp3.exists() and not (run_dir / "checkpoints" / "step-3").exists(), "the kill missed the checkpoint write"
+    run = RunDirectory(run_dir)
+    assert run.latest_checkpoint().name == "step-2"
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "running"
+    optimizers = next((run_dir / "checkpoints" / "step-2" / "learners").glob("*/optimizers.pt"))
+    optimizers.write_bytes(optimizers.read_bytes()[:-100])  # damaged after the fact
+
+    resumed = launch("--resume", str(run_dir), "--steps", "2")
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-3000:]
+    assert "checkpoint step-2 is damaged (learners/" in err and "truncated" in err and "using the one before it" in err
+    assert "its driver stopped without recording why" in out
+    assert "continuing at step 2" in out
+    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+
+
+def test_disk_full_while_checkpointing_keeps_the_previous_checkpoint(tmp_path):
+    run = RunDirectory(tmp_path / "run")
+    run.create(load_config())
+    run.save_checkpoint(1, lambda d: (d / "league.json").write_text("{}"))
+
+    def write_to_a_full_disk(directory: Path) -> None:
+        (directory / "optimizers.pt").symlink_to("/dev/full")  # the kernel answers ENOSPC, as a full disk does
+        (directory / "optimizers.pt").write_bytes(b"x" * 4096)
+
+    with pytest.raises(CheckpointWriteError) as info:
+        run.save_checkpoint(2, write_to_a_full_disk)
+    message = str(info.value)
+    assert "the disk is full" in message and "step-1 is kept" in message and f"--resume {run.root}" in message
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
+    assert not (run.checkpoints / ".tmp-step-2").exists()
+    assert run.latest_checkpoint().name == "step-1"
+
+
+def test_a_missing_or_incomplete_model_directory_is_a_clear_error(tmp_path, tiny_qwen2, capsys):
+    import launch as launcher
+
+    assert launcher.main(["--run-dir", str(tmp_path / "r1"), f"model.path={tmp_path / 'nowhere'}"]) == 2
+    assert "config.json" in capsys.readouterr().err
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "config.json").write_text((tiny_qwen2 / "config.json").read_text())
+    assert launcher.main(["--run-dir", str(tmp_path / "r2"), f"model.path={partial}"]) == 2
+    err = capsys.readouterr().err
+    assert f"the model directory {partial} is incomplete" in err and "no weights" in err and "tokenizer" in err
+    assert "Traceback" not in err
+
+
+def test_a_cluster_without_the_plans_gpus_is_a_clear_error(tmp_path, capsys):
+    import launch as launcher
+
+    if launcher.local_cluster_view().total.get("GPU"):
+        pytest.skip("this machine has GPUs")
+    assert launcher.main(["--run-dir", str(tmp_path / "r"), "model.tiny_variant=test", "resources.learner_gpus=1"]) == 1
+    err = capsys.readouterr().err
+    assert "lacks resources the placement plan needs" in err and "GPU: need 1, have 0" in err and "--dry-run" in err
