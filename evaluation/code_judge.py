@@ -190,6 +190,28 @@ class _SysImports(ast.NodeTransformer):
                 for a in node.names] or ast.Pass()
 
 
+def imports_sys(tree: ast.AST) -> bool:
+    return any(
+        (isinstance(n, ast.Import) and any(a.name == "sys" for a in n.names)) or (isinstance(n, ast.ImportFrom) and n.module == "sys")
+        for n in ast.walk(tree)
+    )
+
+
+def with_sys_standin(code: str) -> str:
+    """``code`` with ``import sys`` bound to the in-program stand-in (empty stdin), when it imports sys;
+    otherwise unchanged. The sandbox refuses the real ``sys``."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError):
+        return code  # the sandbox reports the syntax error
+    if not imports_sys(tree):
+        return code
+    future = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.module == "__future__"]
+    body = _SysImports().visit(ast.Module(body=[s for s in tree.body if s not in future] or [ast.Pass()], type_ignores=[]))
+    head = "".join(ast.unparse(s) + "\n" for s in future)
+    return f"{head}_STDIN = ''\n{STDIO}\n{ast.unparse(ast.fix_missing_locations(body))}\n"
+
+
 def stdin_program(code: str, stdin: str) -> str | None:
     """A program whose ``f()`` returns what ``code`` prints when fed ``stdin`` (None: not Python).
 
@@ -214,7 +236,7 @@ def functional_program(code: str, func_name: str, args: list[Any]) -> str:
     defines that class) with ``args`` and returns the value with tuples as lists."""
     call = f"Solution().{func_name}" if "class Solution" in code else func_name
     return (
-        f"{LCB_IMPORTS}{code}\n\n_ARGS = {args!r}\n"
+        f"{LCB_IMPORTS}{with_sys_standin(code)}\n\n_ARGS = {args!r}\n"
         "def _plain(v):\n    if isinstance(v, (list, tuple)):\n        return [_plain(x) for x in v]\n"
         "    if isinstance(v, dict):\n        return {k: _plain(x) for k, x in v.items()}\n    return v\n"
         f"_ENTRY = {call}\ndef f():\n    return _plain(_ENTRY(*_ARGS))\n"
@@ -386,7 +408,7 @@ class CodeJudge:
                         runs.append((program, self.time_limit[p.source]))
                     plan.append((i, test["testtype"], (t, test["output"])))
             else:
-                full = assemble(p, code)
+                full = with_sys_standin(assemble(p, code))
                 program = self._evalplus_program(p, full) if p.layout == "evalplus" else self._check_program(p, full)
                 runs.append((program, self.time_limit[p.source]))
                 plan.append((i, p.layout, None))

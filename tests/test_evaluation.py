@@ -251,3 +251,14 @@ def test_answer_extraction():
     assert extract_answer("<answer> 42 </answer>") == "42"
     assert extract_answer("thus \\boxed{7} and \\boxed{8}") == "8"
     assert extract_answer("no answer") is None
+
+
+def test_sys_is_an_in_program_stand_in_in_every_layout(data, judge):
+    he = load_benchmark("humaneval", [data / "HumanEval.jsonl.gz"])
+    lcb = load_benchmark("livecodebench", [data / "livecodebench/test.jsonl"])
+    outcomes = judge.judge([
+        (he[0], "import sys\ndef double(x):\n    sys.setrecursionlimit(10 ** 6)\n    return min(2 * x, sys.maxsize)\n"),
+        (lcb[1], "from sys import maxsize\nclass Solution:\n    def maxPair(self, nums, k):\n        return sorted(nums)[-k:] if maxsize else []\n"),
+        (lcb[0], "from sys import stdin\nn = int(stdin.readline())\nprint(sum(list(map(int, stdin.readline().split()))[:n]))\n"),
+    ])
+    assert [o.passed for o in outcomes] == [True, True, True], outcomes
