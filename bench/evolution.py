@@ -121,6 +121,8 @@ def main() -> None:
     parser.add_argument("--threads", default="2,1",
                         help="torch intra-op thread counts to time the operators with; the first one is median_s")
     parser.add_argument("--quick", action="store_true", help="4 layers, 1 repeat, no dense SVD of the MLP slots")
+    parser.add_argument("--no-dense", action="store_true",
+                        help="skip the dense and Householder routes (minutes on a loaded CPU); time the operators only")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the adapters and the generator live")
     args = parser.parse_args()
     global SYNC
@@ -184,6 +186,8 @@ def main() -> None:
     per_module_dense, per_module_qr, per_module_thin = {}, {}, {}
     done: dict[tuple[int, int], str] = {}
     for module, shape in QWEN25_7B.items():
+        if args.no_dense:
+            break
         if shape in done or (shape[::-1] in done and module == "mlp.down_proj"):
             # same shape, or the transposed MLP shape (a dense SVD of M^T costs what one of M does)
             same = done.get(shape) or done[shape[::-1]]
@@ -201,8 +205,8 @@ def main() -> None:
             per_module_dense[module] = timed(lambda: dense_route(a, b), 1, warmup=False)[0]
         log(f"{module:>24}: dense {per_module_dense[module]:.2f} s, householder {per_module_qr[module]:.3f} s, "
             f"thin {per_module_thin[module] * 1e3:.1f} ms (one slot)")
-    dense_total = args.layers * sum(per_module_dense.values())
-    qr_total = args.layers * sum(per_module_qr.values())
+    dense_total = args.layers * sum(per_module_dense.values()) if per_module_dense else float("nan")
+    qr_total = args.layers * sum(per_module_qr.values()) if per_module_qr else float("nan")
     result = {
         "adapter": {"layers": args.layers, "modules": list(QWEN25_7B), "rank": RANK, "dtype": "float32",
                     "mib_per_adapter": round(factor_bytes / 2**20, 1), "slots": len(slots)},
