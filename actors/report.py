@@ -3,7 +3,8 @@
     python -m actors.report RUN_DIR                 # plots into RUN_DIR/plots/
     python -m actors.report POP_RUN SINGLE_RUN      # also compare.png in the first run's plots/
 
-Figures: rating trajectories per member (mu with a +-sigma band), valid and solve rates, program
+Figures: rating trajectories per member (mu with a +-sigma band and each sub-population's mean mu, beside
+mu relative to the sub-population mean), valid and solve rates, program
 complexity over steps (the paper's collapse-vs-expansion evidence: AST depth, cyclomatic complexity,
 lines, variables), coverage, and the lineage of evolved members.
 """
@@ -44,22 +45,55 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
+def sub_population_means(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """Role -> (step, mean mu of that role's members at that step): games between a teacher and a student
+    conserve the sum of their mus, and replacement (``evolution.replacement``) keeps each role's mean, so
+    these lines move only through draws' asymmetries and the ratings' dynamics, not through evolution."""
+    means: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for row in rows:
+        by_role: dict[str, list[float]] = defaultdict(list)
+        for m in row.get("members", []):
+            by_role[m["role"]].append(m["mu"])
+        for role, mus in sorted(by_role.items()):
+            means[role].append((row["step"], sum(mus) / len(mus)))
+    return dict(means)
+
+
+def relative_ratings(rows: list[dict[str, Any]]) -> dict[str, list[tuple[int, float, str]]]:
+    """Member -> (step, mu minus its sub-population's mean mu at that step, role)."""
+    means = {role: dict(points) for role, points in sub_population_means(rows).items()}
+    out: dict[str, list[tuple[int, float, str]]] = defaultdict(list)
+    for row in rows:
+        for m in row.get("members", []):
+            out[m["id"]].append((row["step"], m["mu"] - means[m["role"]][row["step"]], m["role"]))
+    return dict(out)
+
+
 def plot_ratings(rows: list[dict[str, Any]], out: Path) -> Path:
+    """Raw mu (+-sigma band, with each sub-population's mean mu in black) beside mu relative to the
+    sub-population mean (what matching, culling and parent selection inside a sub-population see)."""
     trajectories: dict[str, list[tuple[int, float, float, str]]] = defaultdict(list)
     for row in rows:
         for m in row.get("members", []):
             trajectories[m["id"]].append((row["step"], m["mu"], m["sigma"], m["role"]))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    relative = relative_ratings(rows)
+    fig, (raw, rel) = plt.subplots(1, 2, figsize=(14, 4.5))
     for member, points in sorted(trajectories.items()):
         steps = [p[0] for p in points]
         mu = [p[1] for p in points]
         sigma = [p[2] for p in points]
         style = "-" if points[0][3] == "teacher" else "--"
-        (line,) = ax.plot(steps, mu, style, label=member)
-        ax.fill_between(steps, [a - b for a, b in zip(mu, sigma)], [a + b for a, b in zip(mu, sigma)],
-                        color=line.get_color(), alpha=0.1)
-    ax.set(xlabel="step", ylabel="TrueSkill mu (band: +-sigma)", title="Ratings per member (solid: teachers)")
-    ax.legend(fontsize=7, ncol=2)
+        (line,) = raw.plot(steps, mu, style, label=member)
+        raw.fill_between(steps, [a - b for a, b in zip(mu, sigma)], [a + b for a, b in zip(mu, sigma)],
+                         color=line.get_color(), alpha=0.1)
+        rel.plot([p[0] for p in relative[member]], [p[1] for p in relative[member]], style, color=line.get_color(), label=member)
+    for role, points in sub_population_means(rows).items():
+        raw.plot([p[0] for p in points], [p[1] for p in points], "-" if role == "teacher" else "--", color="black",
+                 linewidth=2.5, label=f"mean ({role}s)")
+    raw.set(xlabel="step", ylabel="TrueSkill mu (band: +-sigma)", title="Ratings per member (solid: teachers; black: role means)")
+    rel.axhline(0.0, color="black", linewidth=1)
+    rel.set(xlabel="step", ylabel="mu - mean mu of its sub-population", title="Ratings relative to the sub-population mean")
+    raw.legend(fontsize=7, ncol=2)
     return _save(fig, out / "ratings.png")
 
 

@@ -212,3 +212,21 @@ def test_rating_updates_use_the_league_environment_not_the_global_one():
     default_winner, _ = trueskill.rate_1vs1(trueskill.Rating(), trueskill.Rating())
     assert league.rating("t0").mu == pytest.approx(winner.mu)
     assert abs(league.rating("t0").mu - default_winner.mu) > 0.1
+
+
+def test_report_plots_ratings_relative_to_the_sub_population_mean(tmp_path):
+    from actors.report import plot_ratings, relative_ratings, sub_population_means
+
+    rows = [
+        {"step": 1, "members": [{"id": "t0", "role": "teacher", "mu": 30.0, "sigma": 2.0},
+                                {"id": "t1", "role": "teacher", "mu": 20.0, "sigma": 2.0},
+                                {"id": "s0", "role": "student", "mu": 26.0, "sigma": 3.0}]},
+        {"step": 2, "members": [{"id": "t0", "role": "teacher", "mu": 34.0, "sigma": 2.0},
+                                {"id": "t2", "role": "teacher", "mu": 22.0, "sigma": 4.0},
+                                {"id": "s0", "role": "student", "mu": 21.0, "sigma": 3.0}]},
+    ]
+    assert sub_population_means(rows) == {"student": [(1, 26.0), (2, 21.0)], "teacher": [(1, 25.0), (2, 28.0)]}
+    relative = relative_ratings(rows)
+    assert relative["t0"] == [(1, 5.0, "teacher"), (2, 6.0, "teacher")]
+    assert relative["t2"] == [(2, -6.0, "teacher")] and relative["s0"] == [(1, 0.0, "student"), (2, 0.0, "student")]
+    assert plot_ratings(rows, tmp_path).is_file()
