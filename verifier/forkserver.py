@@ -104,8 +104,8 @@ class Context:
 CONTEXT: Context | None = None
 
 
-def _import_allowed_modules() -> None:
-    for name in sorted(guard.ALLOWED_MODULES):
+def _import_allowed_modules(allowed: frozenset[str]) -> None:
+    for name in sorted(allowed):
         __import__(name)
 
 
@@ -421,9 +421,11 @@ class Server:
     def __init__(self, uid_base: int, workers: int, settings: dict):
         global CONTEXT
         layers = {name: bool(settings.get("layers", {}).get(name, True)) for name in OS_LAYERS}
-        _import_allowed_modules()
+        # the benchmark profile: only modules of ``guard.BENCHMARK_MODULES`` may be added
+        allowed = guard.ALLOWED_MODULES | (frozenset(settings.get("extra_modules") or ()) & guard.BENCHMARK_MODULES)
+        _import_allowed_modules(allowed)
         ctx = Context()
-        ctx.builtins = guard.prepare(ctx.deny)
+        ctx.builtins = guard.prepare(ctx.deny, allowed)
         ctx.kernel = kernel = syscalls.load()
         self.no_new_privs = kernel is not None and kernel.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1) == 0
         ctx.devnull = _above_result_fd(os.open(os.devnull, os.O_RDWR))

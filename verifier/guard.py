@@ -45,6 +45,12 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
     }
 )
 
+# Modules that benchmark code legitimately imports, allowed only by a verifier made with
+# ``extra_modules`` (the benchmark profile of ``evaluation``): no file, network or process access of
+# their own (what they could reach through ``os`` is blocked by the audit hook like everywhere), but
+# not deterministic (``random``, ``time``), so self-play programs never get them.
+BENCHMARK_MODULES: frozenset[str] = frozenset({"hashlib", "random", "time", "datetime", "calendar", "io"})
+
 # Builtins a program never gets (removed from its builtins and rejected by name in the AST).
 FORBIDDEN_NAMES: frozenset[str] = frozenset(
     {
@@ -93,7 +99,7 @@ def forbidden_attribute(name: str) -> bool:
     return (_is_dunder(name) and name not in SAFE_DUNDERS) or name in FRAME_ATTRIBUTES
 
 
-def static_violation(tree: ast.AST) -> str | None:
+def static_violation(tree: ast.AST, allowed: frozenset[str] = ALLOWED_MODULES) -> str | None:
     """The first forbidden construct in a parsed program, or None.
 
     Rejects imports outside ``ALLOWED_MODULES`` (and relative, private or star imports), forbidden
@@ -119,13 +125,13 @@ def static_violation(tree: ast.AST) -> str | None:
             bound.add(node.name)
         elif kind is ast.Import:
             for alias in node.names:
-                if alias.name not in ALLOWED_MODULES:
+                if alias.name not in allowed:
                     return f"import of module {alias.name!r} is not allowed"
                 bound.add((alias.asname or alias.name).split(".")[0])
         elif kind is ast.ImportFrom:
             if node.level:
                 return "relative imports are not allowed"
-            if node.module not in ALLOWED_MODULES:
+            if node.module not in allowed:
                 return f"import from module {node.module!r} is not allowed"
             for alias in node.names:
                 if alias.name.startswith("_") or alias.name == "*":
@@ -165,18 +171,18 @@ def fatal(result_fd: int) -> Callable[[str], NoReturn]:
     return deny
 
 
-def prepare(deny: Callable[[str], NoReturn]) -> dict[str, Any]:
+def prepare(deny: Callable[[str], NoReturn], allowed: frozenset[str] = ALLOWED_MODULES) -> dict[str, Any]:
     """Build the guarded builtins and patch ``operator`` once, in the fork server; every child
     inherits them for free. ``deny`` (from ``fatal``) ends a run that breaks a rule."""
-    table = safe_builtins(deny)
+    table = safe_builtins(deny, allowed)
     guard_operator_module(deny)
     return table
 
 
-def safe_builtins(deny: Callable[[str], NoReturn]) -> dict[str, Any]:
+def safe_builtins(deny: Callable[[str], NoReturn], allowed: frozenset[str] = ALLOWED_MODULES) -> dict[str, Any]:
     """The builtins a program runs with; a forbidden use ends the run through ``deny``."""
     real_import = builtins.__import__
-    allowed = ALLOWED_MODULES
+    allowed = frozenset(allowed)
 
     def guarded_import(name: str, globals=None, locals=None, fromlist=(), level: int = 0):  # noqa: A002
         if level or name not in allowed or any(str(n).startswith("_") for n in fromlist or ()):

@@ -17,7 +17,7 @@ import marshal
 import warnings
 from dataclasses import dataclass
 
-from verifier.guard import static_violation
+from verifier.guard import ALLOWED_MODULES, static_violation
 from verifier.prompts import parse_arguments
 
 
@@ -30,7 +30,7 @@ class Prepared:
     error: str = ""
 
 
-def prepare_program(program: str, guards: bool = True) -> Prepared:
+def prepare_program(program: str, guards: bool = True, allowed: frozenset[str] = ALLOWED_MODULES) -> Prepared:
     """Compile ``program`` (and with ``guards`` run the static check of ``verifier.guard``).
 
     Returns the marshalled code object as base64, or status ``syntax_error`` / ``forbidden``.
@@ -40,7 +40,7 @@ def prepare_program(program: str, guards: bool = True) -> Prepared:
             warnings.simplefilter("ignore")
             tree = ast.parse(program, "<program>")
             if guards:
-                reason = static_violation(tree)
+                reason = static_violation(tree, allowed)
                 if reason:
                     return Prepared(None, "forbidden", reason)
             del tree

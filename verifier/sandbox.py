@@ -38,6 +38,7 @@ from typing import Any, Iterable, Sequence
 from verifier import seccomp
 from verifier.defences import WeakSandboxError, explain, missing
 from verifier.forkserver import BOOTSTRAP, INTERPRETER_FLAGS, OS_LAYERS
+from verifier.guard import ALLOWED_MODULES, BENCHMARK_MODULES
 from verifier.outputs import output_problem
 from verifier.preflight import Prepared, prepare_args, prepare_program
 
@@ -324,6 +325,8 @@ class Verifier:
     with a warning on every start (development only).
     ``disable``: operating-system layers to switch off (``OS_LAYERS``: namespaces, landlock,
     seccomp, credentials, process_limits), for tests and benchmarks that measure each layer alone.
+    ``extra_modules``: modules of ``guard.BENCHMARK_MODULES`` to allow besides the allow-list (the
+    benchmark profile of ``evaluation``; every layer stays on).
     ``server_user``: as root, the uid the fork server becomes once it has imported its modules (it
     then confines runs exactly as an ordinary user would); None keeps the caller's uid.
     """
@@ -342,6 +345,7 @@ class Verifier:
         allow_weak: bool = False,
         disable: Iterable[str] = (),
         server_user: int | None = None,
+        extra_modules: Iterable[str] = (),
     ):
         if not 0 < float(timeout_s) <= 3600:
             raise ValueError(f"timeout_s must be in (0, 3600], got {timeout_s}")
@@ -367,6 +371,11 @@ class Verifier:
         if unknown:
             raise ValueError(f"unknown layers to disable {unknown}; known: {list(OS_LAYERS)}")
         self.server_user = None if server_user is None else int(server_user)
+        self.extra_modules = tuple(sorted(set(extra_modules)))
+        outside = [m for m in self.extra_modules if m not in BENCHMARK_MODULES]
+        if outside:
+            raise ValueError(f"extra_modules {outside} are not among the benchmark modules {sorted(BENCHMARK_MODULES)}")
+        self._allowed = ALLOWED_MODULES | frozenset(self.extra_modules)
         self._lock = threading.Lock()
         self._pool: _ServerPool | None = None
         self._probe: dict[str, Any] = {}
@@ -398,6 +407,7 @@ class Verifier:
                     "seccomp": program,
                     "server_user": self.server_user,
                     "python_guards": self.python_guards,
+                    "extra_modules": list(self.extra_modules),
                 }
                 self._pool = _ServerPool(self.workers, settings)
                 probe = self._pool.servers[0].submit([self._request("", "", probe=True)])[0].result()
@@ -428,7 +438,7 @@ class Verifier:
     def __getstate__(self) -> dict[str, Any]:
         """Pickles as its settings (a Ray actor may ship it); the copy starts its own fork server."""
         keys = ("timeout_s", "memory_mb", "max_output_chars", "workers", "python_guards", "max_program_chars", "uid_base",
-                "require", "allow_weak", "disable", "server_user")
+                "require", "allow_weak", "disable", "server_user", "extra_modules")
         return {k: getattr(self, k) for k in keys}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -485,7 +495,7 @@ class Verifier:
                 continue
             program, args = item
             if program not in programs:
-                programs[program] = prepare_program(program, self.python_guards)
+                programs[program] = prepare_program(program, self.python_guards, self._allowed)
             code = programs[program]
             if code.payload is None:
                 results[i] = ExecResult(Status(code.status), None, code.error)
