@@ -35,6 +35,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 
 from evaluation.datasets import CodeProblem
+from verifier.guard import BENCHMARK_MODULES
 from verifier.sandbox import ExecResult, Verifier
 
 
@@ -309,7 +310,8 @@ class CodeJudge:
         key = max(1, math.ceil(timeout_s))
         if key not in self._verifiers:
             self._verifiers[key] = Verifier(timeout_s=key, memory_mb=self.limits.memory_mb, max_output_chars=MAX_CHARS,
-                                            max_program_chars=MAX_CHARS, workers=self.limits.workers)
+                                            max_program_chars=MAX_CHARS, workers=self.limits.workers,
+                                            extra_modules=BENCHMARK_MODULES)
         return self._verifiers[key]
 
     def close(self) -> None:

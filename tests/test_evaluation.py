@@ -262,3 +262,26 @@ def test_sys_is_an_in_program_stand_in_in_every_layout(data, judge):
         (lcb[0], "from sys import stdin\nn = int(stdin.readline())\nprint(sum(list(map(int, stdin.readline().split()))[:n]))\n"),
     ])
     assert [o.passed for o in outcomes] == [True, True, True], outcomes
+
+
+def test_the_benchmark_profile_allows_benchmark_modules_and_nothing_more(judge, tmp_path):
+    from evaluation.datasets import CodeProblem
+
+    # HumanEval/162-style: the reference needs hashlib, outside the self-play allow-list
+    problem = CodeProblem("humaneval", "md5/0", "check", 'def string_to_md5(text):\n    """md5 hex digest."""\n', "md5:1",
+                          entry_point="string_to_md5", prefix='def string_to_md5(text):\n    """md5 hex digest."""\n',
+                          reference='def string_to_md5(text):\n    import hashlib\n    return hashlib.md5(text.encode()).hexdigest()\n',
+                          test="def check(candidate):\n    assert candidate('abc') == '900150983cd24fb0d6963f7d28e17f72'\n")
+    canary = tmp_path / "canary.txt"
+    canary.write_text("precious")
+    outcomes = judge.judge([
+        (problem, problem.reference),
+        (problem, "import random, time, datetime\ndef string_to_md5(text):\n    return str(random.random() + time.time())\n"),
+        (problem, f"import io\ndef string_to_md5(text):\n    return io.open({str(canary)!r}, 'w').write('x')\n"),
+        (problem, "import random\ndef string_to_md5(text):\n    return random._os.system('id')\n"),
+        (problem, "import shutil\ndef string_to_md5(text):\n    return 'x'\n"),
+    ])
+    assert outcomes[0].passed, outcomes[0]
+    assert outcomes[1].reason.startswith("runtime_error: AssertionError"), outcomes[1]
+    assert [o.reason.split(":")[0] for o in outcomes[2:]] == ["forbidden"] * 3, outcomes
+    assert canary.read_text() == "precious"
