@@ -125,7 +125,8 @@ class System:
         verifier_actors = [
             VerifierActor.options(**actor_options(plan, a, groups)).remote(
                 cfg.verifier.timeout_s, cfg.verifier.memory_mb, cfg.verifier.max_output_chars,
-                max(1, int(a.num_cpus)),
+                max(1, int(a.num_cpus)), require=list(cfg.verifier.require),
+                allow_weak_sandbox=cfg.verifier.allow_weak_sandbox,
             )
             for a in plan.by_role("verifier")
         ]
