@@ -116,7 +116,7 @@ def evaluate(
     start = time.perf_counter()
     generations = engine.generate(requests)
     generate_s = time.perf_counter() - start
-    texts = [[g.text if not g.rejected else "" for g in gens] for gens in generations]
+    texts = [[g.text if not g.rejected else f"[rejected by the engine: {g.error}]" for g in gens] for gens in generations]
     start = time.perf_counter()
     all_outcomes = judge_answers(list(problems) * len(models), texts, judge, grader)
     judge_s = time.perf_counter() - start
@@ -124,4 +124,5 @@ def evaluate(
     for j, m in enumerate(models):
         block = slice(j * len(problems), (j + 1) * len(problems))
         scores[m.label] = _score(problems, all_outcomes[block], decoding.samples, texts[block] if keep_responses else None)
-    return scores, {"generate_s": generate_s, "judge_s": judge_s, "engine_passes": 1, "requests": len(requests)}
+    rejected = sum(g.rejected for gens in generations for g in gens)
+    return scores, {"generate_s": generate_s, "judge_s": judge_s, "engine_passes": 1, "requests": len(requests), "rejected": rejected}

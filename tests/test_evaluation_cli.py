@@ -58,7 +58,7 @@ def test_evaluates_every_member_the_base_and_a_compared_run(tiny_qwen2, tmp_path
     assert {m["group"] for m in results["models"].values()} == {"population", "base", "compare"}
     for name in ("humaneval", "gsm8k"):
         timing = results["timings"][name]
-        assert timing["engine_passes"] == 1
+        assert timing["engine_passes"] == 1 and timing["rejected"] == 0  # every prompt fits the context
         assert timing["requests"] == results["benchmarks"][name]["problems"] * 5  # every model in the one pass
         for model in results["models"].values():
             score = model["benchmarks"][name]
