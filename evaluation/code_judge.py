@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
@@ -169,6 +170,63 @@ def exit(code=None):
     raise SystemExit(code)
 quit = exit
 '''
+
+
+# ``eval`` for benchmark code that evaluates arithmetic it built itself (HumanEval/160): an in-program
+# function (the builtin stays refused), reading only numbers, + - * / // % **, unary signs and
+# parentheses; anything else raises ValueError.
+EXPRESSION_EVAL = '''
+def eval(text, *namespaces):
+    import re as _re
+    tokens = _re.findall(r"\\d+\\.\\d*(?:[eE][-+]?\\d+)?|\\d+(?:[eE][-+]?\\d+)?|\\*\\*|//|[-+*/%()]|\\S", str(text))
+    pos = [0]
+    def peek():
+        return tokens[pos[0]] if pos[0] < len(tokens) else None
+    def take():
+        pos[0] += 1
+        return tokens[pos[0] - 1] if pos[0] <= len(tokens) else None
+    def atom():
+        t = take()
+        if t == "(":
+            v = expr()
+            if take() != ")":
+                raise ValueError("unbalanced parentheses")
+            return v
+        if t is not None and t[0].isdigit():
+            return float(t) if ("." in t or "e" in t or "E" in t) else int(t)
+        raise ValueError("eval here reads arithmetic only, not " + repr(t))
+    def unary():
+        if peek() in ("+", "-"):
+            return -unary() if take() == "-" else unary()
+        return power()
+    def power():
+        base = atom()
+        if peek() == "**":
+            take()
+            return base ** unary()
+        return base
+    def term():
+        v = unary()
+        while peek() in ("*", "/", "//", "%"):
+            op = take()
+            r = unary()
+            v = v * r if op == "*" else v / r if op == "/" else v // r if op == "//" else v % r
+        return v
+    def expr():
+        v = term()
+        while peek() in ("+", "-"):
+            v = v + term() if take() == "+" else v - term()
+        return v
+    value = expr()
+    if peek() is not None:
+        raise ValueError("eval here reads arithmetic only, not " + repr(peek()))
+    return value
+'''
+
+
+def with_expression_eval(code: str) -> str:
+    """``code`` preceded by the arithmetic-only ``eval`` when it calls ``eval``."""
+    return EXPRESSION_EVAL + code if re.search(r"\beval\s*\(", code) else code
 
 
 def _indent(code: str, prefix: str = "    ") -> str:
@@ -352,7 +410,7 @@ class CodeJudge:
                 program = (f"{FLOAT_LITERALS}{p.reference}\n\nimport copy as _copy\n_INPUTS = {p.inputs!r}\n"
                            f"_ENTRY = {p.entry_point}\ndef f():\n    return [_ENTRY(*_copy.deepcopy(a)) for a in _INPUTS]\n")
             else:
-                program = self._check_program(p, p.reference)
+                program = self._check_program(p, with_expression_eval(p.reference))
             runs.append((program, generous))
             owners.append(p)
         for p, result in zip(owners, self._execute(runs)):
@@ -410,7 +468,7 @@ class CodeJudge:
                         runs.append((program, self.time_limit[p.source]))
                     plan.append((i, test["testtype"], (t, test["output"])))
             else:
-                full = with_sys_standin(assemble(p, code))
+                full = with_expression_eval(with_sys_standin(assemble(p, code)))
                 program = self._evalplus_program(p, full) if p.layout == "evalplus" else self._check_program(p, full)
                 runs.append((program, self.time_limit[p.source]))
                 plan.append((i, p.layout, None))

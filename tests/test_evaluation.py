@@ -285,3 +285,22 @@ def test_the_benchmark_profile_allows_benchmark_modules_and_nothing_more(judge, 
     assert outcomes[1].reason.startswith("runtime_error: AssertionError"), outcomes[1]
     assert [o.reason.split(":")[0] for o in outcomes[2:]] == ["forbidden"] * 3, outcomes
     assert canary.read_text() == "precious"
+
+
+def test_eval_of_arithmetic_in_the_benchmark_profile(judge):
+    from evaluation.datasets import CodeProblem
+
+    # HumanEval/160-style: the reference builds an expression and evals it
+    prompt = 'def do_algebra(ops, nums):\n    """Evaluate nums joined by ops."""\n'
+    reference = prompt + "    text = str(nums[0])\n    for op, n in zip(ops, nums[1:]):\n        text += op + str(n)\n    return eval(text)\n"
+    problem = CodeProblem("humaneval", "alg/0", "check", prompt, "alg:1", entry_point="do_algebra", prefix=prompt, reference=reference,
+                          test="def check(candidate):\n    assert candidate(['+', '*', '-'], [2, 3, 4, 5]) == 9\n"
+                               "    assert candidate(['**', '//'], [2, 3, 3]) == 2\n")
+    outcomes = judge.judge([
+        (problem, reference[len(prompt):]),
+        (problem, "def do_algebra(ops, nums):\n    return eval(\"__import__('os').getpid()\")\n"),
+        (problem, "def do_algebra(ops, nums):\n    return exec('1')\n"),
+    ])
+    assert outcomes[0].passed, outcomes[0]
+    assert outcomes[1].reason.startswith("runtime_error: ValueError: eval here reads arithmetic only"), outcomes[1]
+    assert outcomes[2].reason.startswith("forbidden"), outcomes[2]
