@@ -81,3 +81,21 @@ def test_a_compared_run_on_another_base_is_refused(tiny_qwen2, tiny_llama, tmp_p
     files.write_jsonl(data / "gsm8k.jsonl", files.MATH_ROWS["gsm8k"])
     assert main([str(run), "--benchmarks", "gsm8k", "--data", str(data), "--compare", str(other)]) == 2
     assert "one engine serves one base model" in capsys.readouterr().err
+
+
+def test_samples_give_pass_at_k_from_every_sample(tiny_qwen2, tmp_path, capsys):
+    run = write_run(tmp_path / "population", tiny_qwen2, {0: ["m0", "m1"]}, step=2, seed=0)
+    data = tmp_path / "data"
+    files.write_jsonl(data / "aime24.jsonl", files.MATH_ROWS["aime24"] * 2)
+    assert main([str(run), "--benchmarks", "aime24", "--data", str(data), "--samples", "5", "--no-base", "--max-tokens", "4"]) == 0
+    results = json.loads((run / "eval/step-2/results.json").read_text())
+    assert results["k"] == [1, 5] and set(results["models"]) == {"m0", "m1"}
+    for model in results["models"].values():
+        score = model["benchmarks"]["aime24"]
+        assert score["samples"] == 5 and all(len(t["passed"]) == 5 for t in score["tasks"])
+        from evaluation.passk import mean_pass_at_k
+
+        counts = [(5, sum(t["passed"])) for t in score["tasks"]]
+        assert score["pass@1"] == mean_pass_at_k(counts, 1) and score["pass@5"] == mean_pass_at_k(counts, 5)
+        assert len({r for t in score["tasks"] for r in t["responses"]}) > 1  # sampled, not greedy copies
+    assert "| population mean |" in capsys.readouterr().out
