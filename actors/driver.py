@@ -184,6 +184,16 @@ def train(config: Config, resume: bool = False) -> int:
         return 2
     print(f"[populora] prompts: style {config.tasks.prompt_style}, at most {prompts.budget} prompt tokens "
           f"(max_seq_len {config.model.max_seq_len} - max_tokens {config.inference.max_tokens})", flush=True)
+    evaluator = None
+    if config.eval.every:  # benchmark files are read before any actor starts: a bad file stops here
+        from evaluation.datasets import BenchmarkFileError
+        from evaluation.training import TrainingEvaluator
+
+        try:
+            evaluator = TrainingEvaluator(config, model_path)
+        except BenchmarkFileError as err:
+            print(f"error: eval: {err}", file=sys.stderr)
+            return 2
     plan = plan_placement(config)
     owns_ray = not ray.is_initialized()
     print(f"[populora] connecting: {connect(plan.totals(verifier_on_workers=False)['CPU'])}", flush=True)
@@ -211,6 +221,8 @@ def train(config: Config, resume: bool = False) -> int:
                     bar.n = max(0, restored - start_step + 1)
                     bar.refresh()
                 row = run_step(system, step, prompts)
+                if evaluator is not None and evaluator.due(step):  # eval/<benchmark>/<member> in metrics and TensorBoard
+                    row.update(evaluator(system.generate, sorted(system.owners)))
                 run.append_metrics(row)
                 system.publish_metrics(row)
                 rows.append(row)
@@ -247,6 +259,8 @@ def train(config: Config, resume: bool = False) -> int:
         run.close()
         run.write_status(state, (rows[-1]["step"] if rows else start_step - 1), recovery.count, cause)
         system.stop()
+        if evaluator is not None:
+            evaluator.close()
         if owns_ray:
             ray.shutdown()
     recovered = f" (recovered {recovery.count} time(s))" if recovery.count else ""

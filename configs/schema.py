@@ -282,6 +282,20 @@ class ResourcesConfig(Section):
         return self
 
 
+class EvalConfig(Section):
+    every: int = Field(
+        0, ge=0, le=1_000_000,
+        description="Evaluate every member and the base on eval.benchmarks every N steps (0 = never); greedy pass@1 goes to "
+        "metrics.jsonl and TensorBoard as eval/<benchmark>/<member> (docs/evaluation.md).",
+    )
+    benchmarks: list[str] = Field(
+        default_factory=list, description="Benchmark names of python -m evaluation (NAME=PATH names a file), e.g. ['humaneval+', 'gsm8k']."
+    )
+    data: Path | None = Field(None, description="Directory holding the benchmark files (as python -m evaluation --data).")
+    limit: int = Field(0, ge=0, le=1_000_000, description="Evaluate the first N problems of each benchmark (0 = all).")
+    max_tokens: int = Field(512, ge=1, le=65536, description="New tokens per benchmark answer (greedy).")
+
+
 class RunConfig(Section):
     steps: int = Field(20, ge=1, le=10_000_000, description="Training steps.")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of every random choice of the run.")
@@ -310,3 +324,4 @@ class Config(Section):
     verifier: VerifierConfig = Field(default_factory=VerifierConfig, description="Sandboxed execution pool.")
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="GPUs and CPUs per actor.")
     run: RunConfig = Field(default_factory=RunConfig, description="Length, seed, checkpoints, outputs.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Benchmark evaluation during training.")

@@ -99,3 +99,51 @@ def test_samples_give_pass_at_k_from_every_sample(tiny_qwen2, tmp_path, capsys):
         assert score["pass@1"] == mean_pass_at_k(counts, 1) and score["pass@5"] == mean_pass_at_k(counts, 5)
         assert len({r for t in score["tasks"] for r in t["responses"]}) > 1  # sampled, not greedy copies
     assert "| population mean |" in capsys.readouterr().out
+
+
+def test_training_evaluator_logs_every_member_to_metrics_and_tensorboard(tiny_qwen2, tmp_path):
+    from actors.engines import make_engine
+    from actors.run_dir import RunDirectory
+    from configs import load_config
+    from evaluation.training import TrainingEvaluator
+
+    run = write_run(tmp_path / "population", tiny_qwen2, {0: ["m0", "m1"]}, step=2, seed=0)
+    data = tmp_path / "data"
+    files.write_jsonl(data / "gsm8k" / "test.jsonl", files.MATH_ROWS["gsm8k"])
+    files.humaneval_check(data / "HumanEval.jsonl")
+    config = load_config(run / "config.yaml", ["eval.every=2", "eval.benchmarks=[gsm8k,humaneval]", f"eval.data={data}", "eval.max_tokens=4"])
+    evaluator = TrainingEvaluator(config, tiny_qwen2)
+    engine = make_engine("hf", tiny_qwen2, max_adapters=2, max_lora_rank=4, max_model_len=512, target_modules=list(config.lora.target_modules))
+    calls = []
+
+    def generate(requests):
+        calls.append(len(requests))
+        return engine.generate(requests)
+
+    try:
+        for name in ("m0", "m1"):
+            engine.load_adapter(name, run / "checkpoints/step-2/learners/0/adapters" / name, version=2)
+        assert [evaluator.due(s) for s in (1, 2, 3, 4)] == [False, True, False, True]
+        row = evaluator(generate, ["m0", "m1"])
+    finally:
+        evaluator.close()
+        engine.close()
+    assert calls == [3, 3]  # one pass per benchmark: 2 members + the base, one problem each
+    assert set(row) == {f"eval/{b}/{m}" for b in ("gsm8k", "humaneval") for m in ("m0", "m1", "base", "population_mean")}
+    assert all(0.0 <= v <= 1.0 for v in row.values())
+    logs = RunDirectory(tmp_path / "logs")
+    logs.append_metrics({"step": 2, **row})
+    logs.close()
+    assert json.loads((tmp_path / "logs/metrics.jsonl").read_text())["eval/gsm8k/m0"] == row["eval/gsm8k/m0"]
+    assert list((tmp_path / "logs/tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_eval_needs_benchmarks(tmp_path):
+    from configs import load_config
+    from evaluation.datasets import BenchmarkFileError
+    from evaluation.training import TrainingEvaluator
+
+    with pytest.raises(BenchmarkFileError, match="eval.benchmarks is empty"):
+        TrainingEvaluator(load_config(None, ["eval.every=5"]), tmp_path)
+    with pytest.raises(BenchmarkFileError, match="no file for 'gsm8k'"):
+        TrainingEvaluator(load_config(None, ["eval.every=5", "eval.benchmarks=[gsm8k]", f"eval.data={tmp_path}"]), tmp_path)
