@@ -121,6 +121,8 @@ def main() -> None:
     parser.add_argument("--threads", default="2,1",
                         help="torch intra-op thread counts to time the operators with; the first one is median_s")
     parser.add_argument("--quick", action="store_true", help="4 layers, 1 repeat, no dense SVD of the MLP slots")
+    parser.add_argument("--operators", default="", help="comma-separated operators to time (default: all); "
+                        "perturb_singular_values is always timed, as the reference of ratio_to_perturb")
     parser.add_argument("--no-dense", action="store_true",
                         help="skip the dense and Householder routes (minutes on a loaded CPU); time the operators only")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the adapters and the generator live")
@@ -158,6 +160,12 @@ def main() -> None:
         "splice_svd": lambda g: operators.splice_svd(parent_a, parent_b, strength=0.5, generator=g),
         "extrapolate": lambda g: operators.extrapolate(parent_a, parent_b, strength=1.0, generator=g),
     }
+    if args.operators:
+        wanted = {"perturb_singular_values", *args.operators.split(",")}
+        unknown = sorted(wanted - set(calls))
+        if unknown:
+            parser.error(f"unknown operators {unknown}")
+        calls = {k: v for k, v in calls.items() if k in wanted}
     by_threads: dict[int, dict[str, float]] = {}
     cpu_by_threads: dict[int, dict[str, float]] = {}
     changes = {}

@@ -50,7 +50,7 @@ from actors.rollouts import SolveJob, advantage_group, student_samples  # noqa: 
 from bench.learning import generator_tasks, probe_tasks  # noqa: E402
 from configs.loading import load_config  # noqa: E402
 from evolution import operators  # noqa: E402
-from evolution.replacement import DEFAULT_OPERATORS  # noqa: E402
+from evolution.replacement import DEFAULT_OPERATORS, apply_operator  # noqa: E402
 from learners.adapter_optim import AdapterOptimizers  # noqa: E402
 from learners.batching import Sample  # noqa: E402
 from learners.multi_lora import LoRASpec, MultiLoRAModel  # noqa: E402
@@ -224,11 +224,8 @@ def main() -> None:
     for i, name in enumerate(names):
         strength = DEFAULT_OPERATORS[name]["strength"]
         gen = torch.Generator().manual_seed(1000 + i)
-        if name in operators.CROSSOVERS:
-            child = operators.CROSSOVERS[name](parents["parent_a"], parents["parent_b"], strength=strength, generator=gen) \
-                if name != "swap_slots" else operators.swap_slots(parents["parent_a"], parents["parent_b"], generator=gen)
-        else:
-            child = operators.MUTATIONS[name](parents["parent_a"], strength=strength, generator=gen)
+        pair = [parents["parent_a"], parents["parent_b"]] if name in operators.CROSSOVERS else [parents["parent_a"]]
+        child = apply_operator(name, strength, pair, gen)
         bench.learner.replace_adapter(bench.slots[name], from_adapter(child.state_dict))
         summaries[name] = child.summary()
     bench.publish(names)

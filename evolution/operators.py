@@ -26,7 +26,16 @@ from typing import Literal
 import torch
 
 from evolution.adapter_slots import Adapter, Slot, check_same_layout, find_slots
-from evolution.thin_svd import FactoredSVD, OneSidedSVD, factored_svds, one_sided_svds, roots_of_grams, tall_inner, tall_times
+from evolution.thin_svd import (
+    FactoredSVD,
+    OneSidedSVD,
+    block_gram,
+    factored_svds,
+    one_sided_svds,
+    roots_of_grams,
+    tall_inner,
+    tall_times,
+)
 
 NULL_SIGMA = 1e-6
 NORMAL_CHUNK = 1 << 16  # entries per normal_ call on CPU (256 KiB of float32)
@@ -491,7 +500,7 @@ def dare(
     strength = check_strength("dare", strength)
     weight = check_strength("blend_svd", weight)
     pairs = _pairs(a, b)
-    cores = _component_cores(pairs)
+    cores, grams = _component_cores(pairs)
     where = _gen_device(generator)
     scale = 1.0 / (1.0 - strength)
     middles = []
@@ -502,7 +511,7 @@ def dare(
             keep = (torch.rand(rank, generator=generator, device=where, dtype=torch.float64) >= strength).to(svd.sigma)
             parts.append((svd.left * (w * scale * svd.sigma * keep)[None, :]) @ svd.right.mT)
         middles.append(torch.block_diag(*parts))
-    return _rank_r_merge(a, pairs, middles, "dare", strength)
+    return _rank_r_merge(a, pairs, middles, "dare", strength, grams)
 
 
 def splice_svd(a: Adapter, b: Adapter, strength: float = 0.5, generator: torch.Generator | None = None) -> Child:
@@ -517,14 +526,15 @@ def splice_svd(a: Adapter, b: Adapter, strength: float = 0.5, generator: torch.G
     """
     strength = check_strength("splice_svd", strength)
     pairs = _pairs(a, b)
+    cores, grams = _component_cores(pairs)
     middles = []
-    for pair, (svd_a, svd_b) in zip(pairs, _component_cores(pairs)):
+    for pair, (svd_a, svd_b) in zip(pairs, cores):
         rank = pair[1].shape[0]
         cut = rank - round(strength * rank)
         from_a = (torch.arange(rank) < cut).to(svd_a.sigma)
         parts = [(svd.left * (svd.sigma * mask)[None, :]) @ svd.right.mT for svd, mask in ((svd_a, from_a), (svd_b, 1 - from_a))]
         middles.append(torch.block_diag(*parts))
-    return _rank_r_merge(a, pairs, middles, "splice_svd", strength)
+    return _rank_r_merge(a, pairs, middles, "splice_svd", strength, grams)
 
 
 def _pairs(a: Adapter, b: Adapter) -> list[tuple[Slot, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -535,20 +545,41 @@ def _pairs(a: Adapter, b: Adapter) -> list[tuple[Slot, torch.Tensor, torch.Tenso
     ]
 
 
-def _component_cores(pairs: list) -> list[tuple[FactoredSVD, FactoredSVD]]:
-    """Each parent's thin SVD per slot (one batched ``factored_svds`` call): dW_p = B_p (L_p diag(sigma_p) R_p^T) A_p."""
-    svds = factored_svds([([b], [a.mT], None) for _, a_a, b_a, a_b, b_b in pairs for a, b in ((a_a, b_a), (a_b, b_b))])
-    return list(zip(svds[0::2], svds[1::2]))
+def _component_cores(pairs: list) -> tuple[list[tuple[FactoredSVD, FactoredSVD]], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Each parent's thin SVD per slot, dW_p = B_p (L_p diag(sigma_p) R_p^T) A_p, and the merge's block Grams.
+
+    The Grams of [B_a, B_b] and [A_a^T, A_b^T] (what the merge's ``one_sided_svds`` needs anyway) are formed
+    once; each parent's roots come from their diagonal blocks (``roots_of_grams``), so the parents' SVDs cost
+    only r x r work on top of the merge.
+    """
+    grams = [(block_gram([b_a, b_b], torch.float32), block_gram([a_a.mT, a_b.mT], torch.float32)) for _, a_a, b_a, a_b, b_b in pairs]
+    roots = []
+    for side in (0, 1):
+        diagonal, widths, exact = [], [], []
+        for (_, a_a, b_a, a_b, b_b), gram in zip(pairs, grams):
+            rank = a_a.shape[0]
+            for part, tall in ((slice(0, rank), b_a if side == 0 else a_a.mT), (slice(rank, 2 * rank), b_b if side == 0 else a_b.mT)):
+                diagonal.append(gram[side][part, part])
+                widths.append([rank])
+                exact.append(lambda tall=tall: block_gram([tall], torch.float64))
+        roots.append(roots_of_grams(diagonal, widths, exact))
+    products = [([b], [a.mT], None) for _, a_a, b_a, a_b, b_b in pairs for a, b in ((a_a, b_a), (a_b, b_b))]
+    svds = factored_svds(products, roots=(roots[0], roots[1]))
+    return list(zip(svds[0::2], svds[1::2])), grams
 
 
-def _rank_r_merge(parent: Adapter, pairs: list, middles: list[torch.Tensor], name: str, strength: float) -> Child:
+def _rank_r_merge(
+    parent: Adapter, pairs: list, middles: list[torch.Tensor], name: str, strength: float,
+    grams: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+) -> Child:
     """Top-r SVD of each slot's [B_a, B_b] D [A_a; A_b] (D: ``middles``, a 2r vector or a 2r x 2r matrix) as
-    balanced factors, with ``truncation_error`` and the relative change to each parent (see ``blend_svd``)."""
+    balanced factors, with ``truncation_error`` and the relative change to each parent (see ``blend_svd``).
+    ``grams``: the block Grams of [B_a, B_b] and [A_a^T, A_b^T] if the caller has them."""
     factors: dict[str, torch.Tensor] = {}
     report: dict[str, SlotReport] = {}
     with torch.no_grad():
         products = [([b_a, b_b], [a_a.mT, a_b.mT], middle) for (_, a_a, b_a, a_b, b_b), middle in zip(pairs, middles)]
-        svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs])
+        svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs], grams)
         two_sided, by_rank = [], {}
         for pair, product, svd in zip(pairs, products, svds):
             slot, rank = pair[0], pair[1].shape[0]

@@ -125,6 +125,20 @@ def _operator_table(spec: Mapping[str, Any] | None) -> dict[str, dict[str, float
     return table
 
 
+def apply_operator(name: str, strength: float, parents: Sequence[Adapter], generator: torch.Generator | None = None) -> ops.Child:
+    """``name`` at ``strength`` (a table entry's meaning: blend_svd's weight, swap_slots none) on one parent
+    (mutations, clone) or two (crossovers, in order)."""
+    if name == "clone":
+        return ops.clone(parents[0])
+    if name == "swap_slots":
+        return ops.swap_slots(parents[0], parents[1], generator=generator)
+    if name == "blend_svd":
+        return ops.blend_svd(parents[0], parents[1], weight=strength, generator=generator)
+    if name in ops.CROSSOVERS:
+        return ops.CROSSOVERS[name](parents[0], parents[1], strength=strength, generator=generator)
+    return ops.MUTATIONS[name](parents[0], strength=strength, generator=generator)
+
+
 class ReplacementPolicy:
     """When to evolve, whom to replace, with which child (see module docstring)."""
 
@@ -237,15 +251,7 @@ class ReplacementPolicy:
 
     @staticmethod
     def _apply(name: str, strength: float, parents: Sequence[Adapter], generator: torch.Generator | None) -> ops.Child:
-        if name == "clone":
-            return ops.clone(parents[0])
-        if name == "swap_slots":
-            return ops.swap_slots(parents[0], parents[1], generator=generator)
-        if name == "blend_svd":
-            return ops.blend_svd(parents[0], parents[1], weight=strength, generator=generator)
-        if name in ops.CROSSOVERS:
-            return ops.CROSSOVERS[name](parents[0], parents[1], strength=strength, generator=generator)
-        return ops.MUTATIONS[name](parents[0], strength=strength, generator=generator)
+        return apply_operator(name, strength, parents, generator)
 
     def _acceptable(self, child: ops.Child) -> bool:
         change = child.max_relative_change

@@ -266,11 +266,18 @@ def _times_middle(root: torch.Tensor, middle: torch.Tensor) -> torch.Tensor:
     return root * middle.unsqueeze(-2)
 
 
-def factored_svds(products: Sequence[Product], scaling: float = 1.0) -> list[FactoredSVD]:
+def factored_svds(
+    products: Sequence[Product], scaling: float = 1.0, roots: tuple[Sequence[GramRoot], Sequence[GramRoot]] | None = None
+) -> list[FactoredSVD]:
     """Thin SVD of each s * [out_blocks] D [in_blocks]^T (blocks tall: d x r_i; D = diag(weights) for a vector,
-    the m x m matrix itself for a matrix, I for None)."""
-    x_roots = gram_roots([out for out, _, _ in products])
-    y_roots = gram_roots([inp for _, inp, _ in products])
+    the m x m matrix itself for a matrix, I for None). ``roots``: the (out, in) ``GramRoot`` lists when the
+    caller already has them (e.g. from diagonal blocks of a larger Gram, ``roots_of_grams``); the blocks are
+    then not read."""
+    if roots is None:
+        x_roots = gram_roots([out for out, _, _ in products])
+        y_roots = gram_roots([inp for _, inp, _ in products])
+    else:
+        x_roots, y_roots = list(roots[0]), list(roots[1])
     cores = []
     for (_, _, weights), x_root, y_root in zip(products, x_roots, y_roots):
         cores.append(x_root.root if weights is None else _times_middle(x_root.root, weights.to(x_root.root)))
@@ -310,7 +317,9 @@ class OneSidedSVD:
 
 
 def one_sided_svds(
-    products: Sequence[tuple[Sequence[torch.Tensor], Sequence[torch.Tensor], torch.Tensor]], keep: Sequence[int]
+    products: Sequence[tuple[Sequence[torch.Tensor], Sequence[torch.Tensor], torch.Tensor]],
+    keep: Sequence[int],
+    grams: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> list[OneSidedSVD]:
     """Top-``keep[i]`` SVD of each [out_blocks] D [in_blocks]^T by one eigendecomposition of K.
 
@@ -321,10 +330,16 @@ def one_sided_svds(
     for a symmetric eigendecomposition (about half the time). The price is precision in the smallest kept
     components: lambda = sigma^2 is resolved to eps64 lambda_max, so sigma_j to ~1e-8 sigma_max, and sigma V^T
     carries the error of U_m scaled by sigma_max / sigma_j. Callers keep ``factored_svds`` for products whose
-    kept sigma fall near the null threshold, where a unit V row is needed.
+    kept sigma fall near the null threshold, where a unit V row is needed. ``grams``: each product's
+    (out Gram, in Gram) from ``block_gram`` when the caller already has them (then they are not recomputed).
     """
-    x_roots = gram_roots([out for out, _, _ in products])
-    grams_y = [block_gram(inp, torch.float32) for _, inp, _ in products]
+    if grams is None:
+        x_roots = gram_roots([out for out, _, _ in products])
+        grams_y = [block_gram(inp, torch.float32) for _, inp, _ in products]
+    else:  # the caller's block Grams (float64 holding float32 products, as ``block_gram`` makes them)
+        x_roots = roots_of_grams([gx for gx, _ in grams], [[x.shape[1] for x in out] for out, _, _ in products],
+                                 [lambda out=out: block_gram(out, torch.float64) for out, _, _ in products])
+        grams_y = [gy for _, gy in grams]
     result: list[OneSidedSVD | None] = [None] * len(products)
     groups: dict[tuple, list[int]] = {}
     for i, gram in enumerate(grams_y):
