@@ -26,18 +26,10 @@ from actors.cluster import NAMESPACE
 from actors.run_dir import CheckpointWriteError, RunDirectory
 from configs import load_config
 
-ROOT = Path(__file__).resolve().parents[1]
-SHORT = [
-    "model.tiny_variant=test",
-    "tasks.tasks_per_teacher=3",
-    "tasks.rollouts_k=2",
-    "inference.max_tokens=96",
-    "evolution.period=2",
-    "evolution.protection_steps=1",
-    "run.checkpoint_every=1",
-    "verifier.actors=2",
-    "run.steps=3",
-]
+from short_runs import ROOT, launch_env
+from short_runs import SHORT as BASE_SHORT
+
+SHORT = BASE_SHORT + ["run.steps=3"]
 CLASSES = {"LearnerActor", "InferenceActor", "LeagueActor", "VerifierActor"}
 OURS = ("populora-", ".populora-", "verifier-")  # what our actors put in /dev/shm
 
@@ -166,9 +158,7 @@ def test_an_actor_killed_mid_run_is_recovered_and_nothing_is_lost(kind, referenc
 
 
 def launch(*args: str, timeout: int = 600) -> subprocess.Popen:
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.Popen([sys.executable, "launch.py", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "launch.py", *args], cwd=ROOT, env=launch_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 

@@ -19,17 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-SHORT = [
-    "model.tiny_variant=test",
-    "tasks.tasks_per_teacher=3",
-    "tasks.rollouts_k=2",
-    "inference.max_tokens=96",
-    "evolution.period=2",
-    "evolution.protection_steps=1",
-    "run.checkpoint_every=1",
-    "verifier.actors=2",
-]
+from short_runs import ROOT, SHORT, launch_env
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +30,7 @@ def tiny_model() -> Path:
 
 
 def launch(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **(env or {})}
-    full_env.pop("RAY_ADDRESS", None)
-    return subprocess.run([sys.executable, "launch.py", *args], cwd=ROOT, env=full_env, capture_output=True,
+    return subprocess.run([sys.executable, "launch.py", *args], cwd=ROOT, env=launch_env(env), capture_output=True,
                           text=True, timeout=timeout)
 
 
