@@ -27,7 +27,7 @@ import torch
 
 from evolution.adapter_slots import Adapter, Slot, check_same_layout, find_slots
 from evolution.thin_svd import (
-    FactoredSVD,
+    GramRoot,
     OneSidedSVD,
     block_gram,
     factored_svds,
@@ -492,26 +492,24 @@ def dare(
     Why components, not entries (Yu et al. drop entries of the task vector): an entry mask on dW is a dense
     d_out x d_in product (18944 x 3584 per 7B slot) of full rank, and a mask on the entries of A and B depends
     on the arbitrary split of dW into factors (B R, R^-1 A is the same adapter). The singular components are
-    the adapter's own basis, and dropping them stays in r x r coordinates: dW_p = B_p C_p A_p with
-    C_p = L_p diag(sigma_p) R_p^T (``factored_svds``), the drop acts on sigma_p, and the merge is
-    [B_a, B_b] blockdiag(w C_a', (1 - w) C_b') [A_a; A_b], truncated like ``blend_svd`` (same report).
-    The drops use one uniform per component (parent a's slots, then b's, in key order): u < p drops.
+    the adapter's own basis, and dropping them stays in r x r coordinates: dW_p' = B_p C_p A_p with
+    C_p = R_p^+ U_p diag(c_p) U_p^T R_p (``_component_cores``), c_pj = w_p keep_pj / (1 - p), and the merge is
+    [B_a, B_b] blockdiag(C_a, C_b) [A_a; A_b], truncated like ``blend_svd`` (same report).
+    The drops use one uniform per component (per slot in key order: parent a's r, then b's): u < p drops.
     """
     strength = check_strength("dare", strength)
     weight = check_strength("blend_svd", weight)
     pairs = _pairs(a, b)
-    cores, grams = _component_cores(pairs)
     where = _gen_device(generator)
     scale = 1.0 / (1.0 - strength)
-    middles = []
-    for pair, (svd_a, svd_b) in zip(pairs, cores):
+    coefs = []
+    for pair in pairs:
         rank = pair[1].shape[0]
-        parts = []
-        for svd, w in ((svd_a, weight), (svd_b, 1 - weight)):
-            keep = (torch.rand(rank, generator=generator, device=where, dtype=torch.float64) >= strength).to(svd.sigma)
-            parts.append((svd.left * (w * scale * svd.sigma * keep)[None, :]) @ svd.right.mT)
-        middles.append(torch.block_diag(*parts))
-    return _rank_r_merge(a, pairs, middles, "dare", strength, grams)
+        for w in (weight, 1 - weight):
+            keep = torch.rand(rank, generator=generator, device=where, dtype=torch.float64) >= strength
+            coefs.append((w * scale) * keep.double())
+    middles, grams, roots = _component_cores(pairs, coefs)
+    return _rank_r_merge(a, pairs, middles, "dare", strength, grams, roots)
 
 
 def splice_svd(a: Adapter, b: Adapter, strength: float = 0.5, generator: torch.Generator | None = None) -> Child:
@@ -519,22 +517,20 @@ def splice_svd(a: Adapter, b: Adapter, strength: float = 0.5, generator: torch.G
 
     k = r - round(``strength`` r): strength 0 is parent a, 1 is parent b. The child
     sum_{j<=k} sigma_aj u_aj v_aj^T + sum_{j>k} sigma_bj u_bj v_bj^T has rank <= r but its two parts are not
-    orthogonal to each other; its thin SVD (``blend_svd``'s route on [B_a, B_b] blockdiag(C_a^{<=k}, C_b^{>k})
-    [A_a; A_b], C_p = L_p diag(sigma_p masked) R_p^T in r x r coordinates) re-orthogonalises them, so the
-    child's factors are balanced U sqrt(Sigma), sqrt(Sigma) V^T and ``truncation_error`` is ~0 (reported).
-    Deterministic: ``generator`` is unused.
+    orthogonal to each other; its thin SVD (``blend_svd``'s route on [B_a, B_b] blockdiag(C_a, C_b) [A_a; A_b],
+    C_p = R_p^+ U_p diag(c_p) U_p^T R_p with c_a = 1 on j <= k, c_b = 1 on j > k, see ``_component_cores``)
+    re-orthogonalises them, so the child's factors are balanced U sqrt(Sigma), sqrt(Sigma) V^T and
+    ``truncation_error`` is ~0 (reported). Deterministic: ``generator`` is unused.
     """
     strength = check_strength("splice_svd", strength)
     pairs = _pairs(a, b)
-    cores, grams = _component_cores(pairs)
-    middles = []
-    for pair, (svd_a, svd_b) in zip(pairs, cores):
+    coefs = []
+    for pair in pairs:
         rank = pair[1].shape[0]
-        cut = rank - round(strength * rank)
-        from_a = (torch.arange(rank) < cut).to(svd_a.sigma)
-        parts = [(svd.left * (svd.sigma * mask)[None, :]) @ svd.right.mT for svd, mask in ((svd_a, from_a), (svd_b, 1 - from_a))]
-        middles.append(torch.block_diag(*parts))
-    return _rank_r_merge(a, pairs, middles, "splice_svd", strength, grams)
+        from_a = (torch.arange(rank) < rank - round(strength * rank)).double()
+        coefs += [from_a, 1 - from_a]
+    middles, grams, roots = _component_cores(pairs, coefs)
+    return _rank_r_merge(a, pairs, middles, "splice_svd", strength, grams, roots)
 
 
 def _pairs(a: Adapter, b: Adapter) -> list[tuple[Slot, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -545,41 +541,108 @@ def _pairs(a: Adapter, b: Adapter) -> list[tuple[Slot, torch.Tensor, torch.Tenso
     ]
 
 
-def _component_cores(pairs: list) -> tuple[list[tuple[FactoredSVD, FactoredSVD]], list[tuple[torch.Tensor, torch.Tensor]]]:
-    """Each parent's thin SVD per slot, dW_p = B_p (L_p diag(sigma_p) R_p^T) A_p, and the merge's block Grams.
+def _component_cores(pairs: list, coefs: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Each slot's merge middle blockdiag(C_a, C_b) reweighting the parents' singular components, and the
+    merge's block Grams.
 
-    The Grams of [B_a, B_b] and [A_a^T, A_b^T] (what the merge's ``one_sided_svds`` needs anyway) are formed
-    once; each parent's roots come from their diagonal blocks (``roots_of_grams``), so the parents' SVDs cost
-    only r x r work on top of the merge.
+    Parent p (``coefs``: per slot a's then b's, r weights c_p each, ranked by sigma descending) in the
+    one-sided form of ``one_sided_svds``: B_p = Q_p R_p (Gram root), K_p = R_p G_{A_p} R_p^T = U_p Lambda_p U_p^T,
+    so u_pj = Q_p U_p e_j, sigma_pj v_pj^T = e_j^T U_p^T R_p A_p and
+
+        sum_j c_pj sigma_pj u_pj v_pj^T = B_p C_p A_p,   C_p = R_p^+ U_p diag(c_p) U_p^T R_p   (r x r).
+
+    No root of A_p and no SVD: one r x r eigh per parent. The Grams of [B_a, B_b] and [A_a^T, A_b^T] (what
+    the merge's ``one_sided_svds`` needs anyway) are formed once; each parent's come from their diagonal
+    blocks, so the parents cost only r x r work on top of the merge.
     """
     grams = [(block_gram([b_a, b_b], torch.float32), block_gram([a_a.mT, a_b.mT], torch.float32)) for _, a_a, b_a, a_b, b_b in pairs]
-    roots = []
-    for side in (0, 1):
-        diagonal, widths, exact = [], [], []
-        for (_, a_a, b_a, a_b, b_b), gram in zip(pairs, grams):
-            rank = a_a.shape[0]
-            for part, tall in ((slice(0, rank), b_a if side == 0 else a_a.mT), (slice(rank, 2 * rank), b_b if side == 0 else a_b.mT)):
-                diagonal.append(gram[side][part, part])
-                widths.append([rank])
-                exact.append(lambda tall=tall: block_gram([tall], torch.float64))
-        roots.append(roots_of_grams(diagonal, widths, exact))
-    products = [([b], [a.mT], None) for _, a_a, b_a, a_b, b_b in pairs for a, b in ((a_a, b_a), (a_b, b_b))]
-    svds = factored_svds(products, roots=(roots[0], roots[1]))
-    return list(zip(svds[0::2], svds[1::2])), grams
+    merge_roots = _merge_roots(pairs, grams)
+    products, parent_grams = [], []
+    for (_, a_a, b_a, a_b, b_b), (gram_b, gram_a) in zip(pairs, grams):
+        rank = a_a.shape[0]
+        ones = torch.ones(rank, dtype=torch.float64, device=gram_b.device)
+        for part, a, b in ((slice(0, rank), a_a, b_a), (slice(rank, 2 * rank), a_b, b_b)):
+            products.append(([b], [a.mT], ones))
+            parent_grams.append((gram_b[part, part], gram_a[part, part]))
+    parent_roots = _parent_roots(pairs, grams, merge_roots)
+    svds = one_sided_svds(products, [b[0].shape[1] for b, _, _ in products], parent_grams, parent_roots)
+    cores: list[torch.Tensor | None] = [None] * len(products)
+    groups: dict[tuple, list[int]] = {}
+    for i, svd in enumerate(svds):
+        groups.setdefault((tuple(svd.h.shape), svd.h.device), []).append(i)
+    for indices in groups.values():
+        basis = torch.stack([svds[i].basis for i in indices])
+        root = torch.stack([svds[i].x_root.root for i in indices])
+        pinv = torch.stack([svds[i].x_root.pinv for i in indices])
+        c = torch.stack([coefs[i].to(root) for i in indices])
+        core = (pinv @ (basis * c[:, None, :])) @ (basis.mT @ root)
+        for pos, i in enumerate(indices):
+            cores[i] = core[pos]
+    middles = [torch.block_diag(c_a, c_b) for c_a, c_b in zip(cores[0::2], cores[1::2])]
+    return middles, grams, merge_roots
+
+
+def _merge_roots(pairs: list, grams: list[tuple[torch.Tensor, torch.Tensor]]) -> list[GramRoot]:
+    """``GramRoot`` of each slot's [B_a, B_b] from its block Gram (the merge's, shared with the parents)."""
+    return roots_of_grams([gram_b for gram_b, _ in grams], [[b_a.shape[1], b_b.shape[1]] for _, _, b_a, _, b_b in pairs],
+                          [lambda b_a=b_a, b_b=b_b: block_gram([b_a, b_b], torch.float64) for _, _, b_a, _, b_b in pairs])
+
+
+def _parent_roots(pairs: list, grams: list[tuple[torch.Tensor, torch.Tensor]], merge_roots: list[GramRoot]) -> list[GramRoot]:
+    """``GramRoot`` of B_a and B_b per slot (a's then b's), from the merge's root R of [B_a, B_b] where it is
+    the Cholesky one: B_a's root is R[:r, :r] (inverse R^+[:r, :r]); B_b's is the Cholesky factor of its
+    Gram block, with no conditioning check, since kappa(B_b) <= kappa([B_a, B_b]) (its singular values
+    interlace) and the merge's passed. Other slots go through ``roots_of_grams`` (checks, eigen roots)."""
+    roots: list[GramRoot | None] = [None] * (2 * len(pairs))
+    fast = [i for i, root in enumerate(merge_roots) if root.cholesky]
+    for i in fast:
+        rank = pairs[i][1].shape[0]
+        root = merge_roots[i]
+        roots[2 * i] = GramRoot(root.root[:rank, :rank], root.pinv[:rank, :rank], root.block_sq_norms[:1], True)
+    groups: dict[tuple, list[int]] = {}
+    for i in fast:
+        rank = pairs[i][1].shape[0]
+        groups.setdefault((rank, grams[i][0].device), []).append(i)
+    slow = [i for i in range(len(pairs)) if not merge_roots[i].cholesky]
+    for (rank, _), indices in groups.items():
+        block = torch.stack([grams[i][0][rank:, rank:] for i in indices])
+        chol, info = torch.linalg.cholesky_ex(block)
+        upper = chol.mT
+        ok = info == 0
+        eye = torch.eye(rank, dtype=upper.dtype, device=upper.device).expand_as(upper)
+        inverse = torch.linalg.solve_triangular(torch.where(ok[:, None, None], upper, eye), eye, upper=True)
+        for pos, i in enumerate(indices):
+            if bool(ok[pos]):
+                roots[2 * i + 1] = GramRoot(upper[pos], inverse[pos], merge_roots[i].block_sq_norms[1:], True)
+            else:
+                slow.append(i)
+    rest = [(2 * i + side, part) for i in slow for side, part in enumerate(_halves(pairs[i]))]
+    if rest:
+        found = roots_of_grams([grams[j // 2][0][part, part] for j, part in rest], [[part.stop - part.start] for _, part in rest],
+                               [lambda j=j: block_gram([pairs[j // 2][2 + 2 * (j % 2)]], torch.float64) for j, _ in rest])
+        for (j, _), root in zip(rest, found):
+            roots[j] = root
+    return roots  # type: ignore[return-value]
+
+
+def _halves(pair: tuple) -> tuple[slice, slice]:
+    rank = pair[1].shape[0]
+    return slice(0, rank), slice(rank, 2 * rank)
 
 
 def _rank_r_merge(
     parent: Adapter, pairs: list, middles: list[torch.Tensor], name: str, strength: float,
-    grams: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    grams: list[tuple[torch.Tensor, torch.Tensor]] | None = None, roots: list[GramRoot] | None = None,
 ) -> Child:
     """Top-r SVD of each slot's [B_a, B_b] D [A_a; A_b] (D: ``middles``, a 2r vector or a 2r x 2r matrix) as
     balanced factors, with ``truncation_error`` and the relative change to each parent (see ``blend_svd``).
-    ``grams``: the block Grams of [B_a, B_b] and [A_a^T, A_b^T] if the caller has them."""
+    ``grams``: the block Grams of [B_a, B_b] and [A_a^T, A_b^T] if the caller has them; ``roots``: with them,
+    the ``GramRoot`` of each [B_a, B_b]."""
     factors: dict[str, torch.Tensor] = {}
     report: dict[str, SlotReport] = {}
     with torch.no_grad():
         products = [([b_a, b_b], [a_a.mT, a_b.mT], middle) for (_, a_a, b_a, a_b, b_b), middle in zip(pairs, middles)]
-        svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs], grams)
+        svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs], grams, roots)
         two_sided, by_rank = [], {}
         for pair, product, svd in zip(pairs, products, svds):
             slot, rank = pair[0], pair[1].shape[0]

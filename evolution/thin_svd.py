@@ -44,12 +44,15 @@ KAPPA_MARGIN = 4.0
 class GramRoot:
     """X = Q R for X = [X_1, ..., X_m] (tall blocks), with R and its pseudo-inverse in float64.
 
-    ``block_sq_norms[i]`` is ||X_i||_F^2 (the trace of its diagonal Gram block).
+    ``block_sq_norms[i]`` is ||X_i||_F^2 (the trace of its diagonal Gram block). ``cholesky``: R is the
+    upper-triangular Cholesky root (the fast path of ``roots_of_grams``), so R[:k, :k] is the root of
+    [X_1 .. X_j] (k their width) and R^+[:k, :k] its inverse.
     """
 
     root: torch.Tensor
     pinv: torch.Tensor
     block_sq_norms: list[float]
+    cholesky: bool = False
 
 
 ROW_BLOCK = 512  # rows per batch entry of ``tall_inner`` and ``tall_times``
@@ -226,7 +229,7 @@ def roots_of_grams(
             for width in widths[i]:
                 norms.append(sum(diag[start : start + width]))
                 start += width
-            roots[i] = GramRoot(root=root[pos], pinv=pinv[pos], block_sq_norms=norms)
+            roots[i] = GramRoot(root=root[pos], pinv=pinv[pos], block_sq_norms=norms, cholesky=bool(fast[pos]))
     return roots  # type: ignore[return-value]
 
 
@@ -320,6 +323,7 @@ def one_sided_svds(
     products: Sequence[tuple[Sequence[torch.Tensor], Sequence[torch.Tensor], torch.Tensor]],
     keep: Sequence[int],
     grams: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    x_roots: Sequence[GramRoot] | None = None,
 ) -> list[OneSidedSVD]:
     """Top-``keep[i]`` SVD of each [out_blocks] D [in_blocks]^T by one eigendecomposition of K.
 
@@ -331,9 +335,12 @@ def one_sided_svds(
     components: lambda = sigma^2 is resolved to eps64 lambda_max, so sigma_j to ~1e-8 sigma_max, and sigma V^T
     carries the error of U_m scaled by sigma_max / sigma_j. Callers keep ``factored_svds`` for products whose
     kept sigma fall near the null threshold, where a unit V row is needed. ``grams``: each product's
-    (out Gram, in Gram) from ``block_gram`` when the caller already has them (then they are not recomputed).
+    (out Gram, in Gram) from ``block_gram`` when the caller already has them (then they are not recomputed);
+    ``x_roots``: with ``grams``, the out Grams' ``GramRoot`` when the caller has those too.
     """
-    if grams is None:
+    if grams is not None and x_roots is not None:
+        x_roots, grams_y = list(x_roots), [gy for _, gy in grams]
+    elif grams is None:
         x_roots = gram_roots([out for out, _, _ in products])
         grams_y = [block_gram(inp, torch.float32) for _, inp, _ in products]
     else:  # the caller's block Grams (float64 holding float32 products, as ``block_gram`` makes them)
