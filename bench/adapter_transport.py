@@ -43,8 +43,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "bench"))  # after the project root: bench/evolution.py must not shadow the package
 
-HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, LAYERS_7B = 3584, 18944, 28, 4, 28
+import qwen25_7b  # noqa: E402
+from actors.memory_plan import ModelDims, lora_params  # noqa: E402
+from learners.multi_lora import TARGET_MODULES  # noqa: E402
+
+LAYERS_7B = qwen25_7b.LAYERS
 
 
 def log(message: str) -> None:
@@ -60,14 +65,18 @@ def build_model(out: Path, layers: int) -> Path:
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_model("test", progress=False))
     tokenizer.save_pretrained(out)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=HIDDEN, intermediate_size=INTERMEDIATE,
-                         num_hidden_layers=layers, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-                         max_position_embeddings=1024, tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = Qwen2Config(**qwen25_7b.config_json(layers, vocab_size=len(tokenizer), max_position_embeddings=1024),
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(out)
     return out
+
+
+def adapter_params(layers: int) -> int:
+    """Parameters of one rank-64 adapter on all seven projections of ``layers`` 7B-shaped decoder layers."""
+    return lora_params(ModelDims.from_config_json(qwen25_7b.config_json(layers)), 64, TARGET_MODULES)
 
 
 def store_counters() -> tuple[int, int]:
@@ -201,7 +210,7 @@ def main() -> None:
     result = {
         "bench": "adapter_transport",
         "layers": args.layers, "replicas": args.replicas, "adapters": 8, "rank": 64, "dtype": "bfloat16",
-        "params_per_adapter": 90_112 * 64 * args.layers, "payload_bytes_per_step": payload,
+        "params_per_adapter": adapter_params(args.layers), "payload_bytes_per_step": payload,
         "routes": summary,
         "ratios": {
             "publish_seconds_driver_over_object_store": round(old["publish_seconds_median"] / new["publish_seconds_median"], 2),
@@ -210,7 +219,7 @@ def main() -> None:
             "object_store_copies_per_version": round(new["store_bytes_created"] / payload, 3),
         },
         "extrapolated_28_layers": {
-            "params_per_adapter": 90_112 * 64 * LAYERS_7B,
+            "params_per_adapter": adapter_params(LAYERS_7B),
             "payload_bytes_per_step": int(payload * scale),
             "driver_bytes_per_step": {"driver": int(old["driver_bytes_per_step"] * scale),
                                       "object_store": new["driver_bytes_per_step"]},  # references: independent of size

@@ -34,6 +34,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parent))  # after the project root: bench/evolution.py must not shadow the package
+
+import qwen25_7b  # noqa: E402
+from actors.memory_plan import ModelDims  # noqa: E402
 
 from evolution import operators  # noqa: E402
 from evolution.adapter_slots import find_slots  # noqa: E402
@@ -41,14 +45,9 @@ from evolution.heap import reuse_freed_blocks  # noqa: E402
 from evolution.thin_svd import factored_svd, factored_svds, householder_svd  # noqa: E402
 
 RANK = 64
-QWEN25_7B = {  # module -> (d_out, d_in)
-    "self_attn.q_proj": (3584, 3584),
-    "self_attn.k_proj": (512, 3584),
-    "self_attn.v_proj": (512, 3584),
-    "self_attn.o_proj": (3584, 3584),
-    "mlp.gate_proj": (18944, 3584),
-    "mlp.up_proj": (18944, 3584),
-    "mlp.down_proj": (3584, 18944),
+QWEN25_7B = {  # module -> (d_out, d_in), from the model's public config.json (bench/qwen25_7b.py)
+    f"{'self_attn' if name.endswith(('q_proj', 'k_proj', 'v_proj', 'o_proj')) else 'mlp'}.{name}": (d_out, d_in)
+    for name, (d_in, d_out) in ModelDims.from_config_json(qwen25_7b.CONFIG).module_widths().items()
 }
 
 

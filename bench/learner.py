@@ -52,9 +52,9 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parent))  # after the project root: bench/evolution.py must not shadow the package
 
-from learner_memory import WIDTHS_7B  # noqa: E402
+from qwen25_7b import WIDTHS as WIDTHS_7B  # noqa: E402
 
 from learners.adapter_optim import AdapterOptimizers  # noqa: E402
 from learners.batching import Sample, TokenBatch, micro_batches  # noqa: E402

@@ -50,6 +50,9 @@ import psutil
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parent))  # after the project root: bench/evolution.py must not shadow the package
+
+from qwen25_7b import WIDTHS as WIDTHS_7B  # noqa: E402
 
 MIB = 1 << 20
 SIZES = {
@@ -192,7 +195,6 @@ def run_size(size: str, settle_s: float) -> dict:
     }
 
 
-WIDTHS_7B = dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4, vocab_size=152064)
 
 
 def _proc_status_kib(field: str) -> int:

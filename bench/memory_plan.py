@@ -36,10 +36,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "bench"))  # after the project root: bench/evolution.py must not shadow the package
 
+import qwen25_7b  # noqa: E402
 from actors.memory_plan import LearnerShape, ModelDims, learner_components, lora_params  # noqa: E402
 
-QWEN25_7B = dict(hidden=3584, intermediate=18944, heads=28, kv_heads=4, vocab=152064, tied_embeddings=False)
 RANK, ALPHA = 64, 128.0
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 PROMPT_FRACTION = 0.5
@@ -63,7 +64,7 @@ def loss_tokens(tokens: int, slots: int) -> int:
 
 def predict(layers: int, slots: int, tokens: int, checkpointing: bool, chunk: int, dtype_bytes: int) -> dict[str, int]:
     """The plan's gradient and activation terms for one configuration of this bench."""
-    dims = ModelDims(layers=layers, **QWEN25_7B)
+    dims = ModelDims.from_config_json(qwen25_7b.config_json(layers))
     shape = LearnerShape(slots=slots, rank=RANK, targets=TARGETS, dtype_bytes=dtype_bytes, micro_batch_tokens=tokens,
                          max_seq_len=tokens // slots, checkpointing=checkpointing, logit_chunk_tokens=chunk,
                          loss_tokens=loss_tokens(tokens, slots))
@@ -94,11 +95,7 @@ def run_one(spec: dict) -> dict:
     device = torch.device(spec["device"])
     dtype = getattr(torch, spec["dtype"])
     torch.manual_seed(0)
-    w = QWEN25_7B
-    config = Qwen2Config(hidden_size=w["hidden"], intermediate_size=w["intermediate"], num_hidden_layers=spec["layers"],
-                         num_attention_heads=w["heads"], num_key_value_heads=w["kv_heads"], vocab_size=w["vocab"],
-                         tie_word_embeddings=False, max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
-                         torch_dtype=spec["dtype"])
+    config = Qwen2Config(**qwen25_7b.config_json(spec["layers"], torch_dtype=spec["dtype"]))
     torch.set_default_dtype(dtype)  # build the weights in the compute dtype directly (no float32 transient)
     with device:
         base = Qwen2ForCausalLM(config).eval()
@@ -112,7 +109,7 @@ def run_one(spec: dict) -> dict:
     g = torch.Generator().manual_seed(1)
     samples = []
     for slot, n in enumerate(row_lengths(spec["tokens"], spec["slots"])):
-        ids = torch.randint(1, w["vocab"], (n,), generator=g).tolist()
+        ids = torch.randint(1, qwen25_7b.CONFIG["vocab_size"], (n,), generator=g).tolist()
         p = int(n * PROMPT_FRACTION)
         samples.append(Sample(slot, ids[:p], ids[p:], reward=float(slot % 2) * 2 - 1, group=("solve", "code_o")))
     learner.step(samples)  # warm-up: AdamW's moments are created here and stay
