@@ -108,3 +108,19 @@ def tiny_qwen2_tied(tmp_path_factory) -> Path:
 def tiny_llama(tmp_path_factory) -> Path:
     """Directory of a tiny random LlamaForCausalLM + tokenizer."""
     return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny_llama"), arch="llama", seed=2)
+
+
+@pytest.fixture(scope="module")
+def parent() -> dict:
+    """Parent a of the evolution operator tests (a small random adapter, ``evolution_adapters.make_adapter``)."""
+    from evolution_adapters import make_adapter
+
+    return make_adapter(0)
+
+
+@pytest.fixture(scope="module")
+def other() -> dict:
+    """Parent b of the evolution crossover tests."""
+    from evolution_adapters import make_adapter
+
+    return make_adapter(1)

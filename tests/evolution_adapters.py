@@ -41,3 +41,8 @@ def dense_svd(m: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, t
 def principal_cosines(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Cosines of the principal angles between span(x) and span(y) (orthonormal columns)."""
     return torch.linalg.svdvals(x.mT @ y)
+
+
+def gen(seed: int) -> torch.Generator:
+    """A CPU generator seeded with ``seed`` (the operators' determinism contract is per generator)."""
+    return torch.Generator().manual_seed(seed)

@@ -4,26 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from evolution_adapters import delta, dense_svd, make_adapter, rel, slot_names
+from evolution_adapters import delta, dense_svd, gen, make_adapter, rel, slot_names
 
 from evolution import operators
 
 RANK = 4
 NEW_CROSSOVERS = ("dare", "splice_svd", "extrapolate")
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-@pytest.fixture(scope="module")
-def parent():
-    return make_adapter(0)
-
-
-@pytest.fixture(scope="module")
-def other():
-    return make_adapter(1)
 
 
 def components(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

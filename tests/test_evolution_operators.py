@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from evolution_adapters import delta, dense_svd, make_adapter, principal_cosines, rel, slot_names
+from evolution_adapters import delta, dense_svd, gen, make_adapter, principal_cosines, rel, slot_names
 
 from evolution import operators
 from evolution.operators import CROSSOVERS, MUTATIONS
@@ -16,20 +16,6 @@ STRENGTHS = {"perturb_singular_values": 0.2, "rotate_subspace": 0.2, "gaussian_n
 # operators that may leave some slots exactly as they were (unchosen layers, no component dropped)
 PARTIAL = ("layer_noise", "mask_components")
 GROWTH = {name: (0.02, 0.1, 0.3) for name in STRENGTHS} | {"mask_components": (0.2, 0.5, 0.8)}
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-@pytest.fixture(scope="module")
-def parent():
-    return make_adapter(0)
-
-
-@pytest.fixture(scope="module")
-def other():
-    return make_adapter(1)
 
 
 @pytest.mark.parametrize("name", list(MUTATIONS))
