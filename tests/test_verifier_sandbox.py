@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import pytest
 
 from verifier import ExecResult, Status, Verifier
 from verifier.sandbox import DEFAULT_UID_BASE, combine_runs
+from tcp_listener import tcp_listener
 
 TIMEOUT_S = 1.5
 IDENTITY = "def f(a):\n    return a"
@@ -65,30 +65,8 @@ def canary(tmp_path: Path) -> Path:
 @pytest.fixture
 def listener():
     """A real TCP listener of the test on 127.0.0.1; ``received`` collects whatever reaches it."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.1)
-    received: list[bytes] = []
-    stop = threading.Event()
-
-    def accept():
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            received.append(b"<connection>" + conn.recv(1024))
-            conn.close()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], received
-    stop.set()
-    thread.join()
-    server.close()
+    with tcp_listener() as port_and_received:
+        yield port_and_received
 
 
 # --- ordinary programs ------------------------------------------------------------------------

@@ -32,7 +32,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -41,6 +40,7 @@ import pytest
 from verifier import Status, Verifier, landlock, namespaces, seccomp, syscalls
 from verifier.defences import DEFAULT_REQUIRE, WeakSandboxError
 from verifier.forkserver import OS_LAYERS
+from tcp_listener import tcp_listener
 
 NOBODY = 65534
 IS_ROOT = os.geteuid() == 0
@@ -93,26 +93,6 @@ def host(tmp_path_factory):
     canary = root / "canary.txt"
     canary.write_text("precious")
     canary.chmod(0o666)
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.1)
-    received: list[bytes] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            received.append(b"<connection>" + conn.recv(64))
-            conn.close()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
     victims: list[subprocess.Popen] = []
 
     def victim(uid: int | None) -> subprocess.Popen:
@@ -121,10 +101,8 @@ def host(tmp_path_factory):
         victims.append(proc)
         return proc
 
-    yield {"dir": root, "canary": canary, "port": server.getsockname()[1], "received": received, "victim": victim}
-    stop.set()
-    thread.join()
-    server.close()
+    with tcp_listener() as (port, received):
+        yield {"dir": root, "canary": canary, "port": port, "received": received, "victim": victim}
     for proc in victims:
         proc.kill()
         proc.wait()
