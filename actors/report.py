@@ -93,7 +93,7 @@ def draw_trend(ax: Any, t: Trend | None, color: str, label: str, fit_label: str 
         xs = np.linspace(t.steps.min(), t.steps.max(), 100)
         line, band = t.fit.predict(xs), t.fit.band(xs)
         ax.plot(xs, line, "--", linewidth=1.2, color=color, zorder=2,
-                label=f"{fit_label}{t.fit.slope:+.3g} +- {t.fit.slope_ci:.2g} / step")
+                label=f"{fit_label}{t.fit.slope:+.3g} ± {t.fit.slope_ci:.2g} / step")
         ax.fill_between(xs, line - band, line + band, color=color, alpha=0.12, linewidth=0, zorder=0)
 
 
@@ -113,7 +113,9 @@ def plot_ratings(rows: list[dict[str, Any]], out: Path) -> Path:
     role_list = roles(rows)
     fig, axes = plt.subplots(len(role_list), 2, figsize=(14, 3.6 * len(role_list)), squeeze=False)
     for (raw, rel), role in zip(axes, role_list):
-        members = sorted(m for m, points in trajectories.items() if points[0][3] == role)
+        # in order of birth, so the members alive together get neighbouring (distinct) colours
+        members = sorted((m for m, points in trajectories.items() if points[0][3] == role),
+                         key=lambda m: (trajectories[m][0][0], len(m), m))
         for i, member in enumerate(members):
             color = f"C{i % 10}"
             points = trajectories[member]
@@ -230,7 +232,8 @@ def plot_lineage(rows: list[dict[str, Any]], out: Path) -> Path:
     ax.set(xlabel="step", yticks=[], ylim=(-0.8, len(members) - 0.2),
            title=f"Lineage: each member's life (bar) and its parents (arrows); {len(events)} evolution events")
     steps = [r["step"] for r in rows]
-    ax.set_xlim(min(steps) - 0.06 * (max(steps) - min(steps) + 1) - 1, max(steps) + 1)
+    width = max(steps) - min(steps) + 1
+    ax.set_xlim(min(steps) - 0.06 * width - 1, max(steps) + 0.12 * width + 1)  # room for the names and operators
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, out / "lineage.png")
 

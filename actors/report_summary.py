@@ -49,7 +49,8 @@ ROLE_METRICS = {"teachers": ("valid_rate", "teacher_reward"), "students": ("solv
 COMPLEXITY = ("program_ast_depth", "program_cyclomatic", "program_loc", "program_variables")
 COVERAGE = ("coverage", "distinct_structures", "new_structures")
 CUMULATIVE = frozenset({"coverage", "distinct_structures"})
-"""Running totals: their OLS slope is the mean growth per step, but their residuals are not independent, so no CI."""
+"""Running totals: not smoothed; their OLS slope is the mean growth per step, but their residuals are not
+independent, so no CI."""
 COMPARED = ("solve_rate", "valid_rate", "teacher_reward", "student_reward",
             "program_ast_depth", "program_cyclomatic", "program_loc", "coverage")
 """The comparison figure's panels, one per metric (population vs single agent in each)."""
@@ -67,7 +68,8 @@ def series(rows: Rows, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class Trend:
-    """A metric's measured points, their centred rolling mean and (from 3 points) their OLS line."""
+    """A metric's measured points, their centred rolling mean (the points themselves for a running total)
+    and (from 3 points) their OLS line."""
 
     key: str
     steps: np.ndarray
@@ -89,7 +91,7 @@ def trend(rows: Rows, key: str) -> Trend | None:
     steps, values = series(rows, key)
     if len(steps) == 0:
         return None
-    smoothed = rolling_mean(values, smoothing_half_width(len(values)))
+    smoothed = values if key in CUMULATIVE else rolling_mean(values, smoothing_half_width(len(values)))
     fit = fit_line(steps, values) if len(steps) >= 3 else None
     return Trend(key, steps, values, smoothed, fit)
 
@@ -148,7 +150,7 @@ def _ratings_table(rows: Rows) -> list[str]:
     final_step = rows[-1]["step"]
     lines = ["| member | role | steps present | mu at first | mu at last | sigma at last | alive at the end |",
              "|---|---|---|---|---|---|---|"]
-    for member, (step, m) in sorted(last.items(), key=lambda kv: (kv[1][1]["role"], kv[0])):
+    for member, (step, m) in sorted(last.items(), key=lambda kv: (kv[1][1]["role"], first_seen[kv[0]][0], kv[0])):
         born, mu0 = first_seen[member]
         lines.append(f"| {member} | {m['role']} | {born}-{step} | {_num(mu0)} | {_num(m['mu'])} | {_num(m['sigma'])} "
                      f"| {'yes' if step == final_step else 'no'} |")
@@ -165,11 +167,13 @@ def write_summary(runs: list[tuple[str, Rows]], out: Path) -> Path:
         f"# Report: {run_label(name, rows)}",
         "",
         f"{len(rows)} steps ({min(steps)}-{max(steps)}). Smoothed: centred rolling mean over 2h+1 measured steps, "
-        f"h = clamp(n // 10, 1, 5) ({2 * h + 1} at this run's {len(rows)} steps), cut at the ends. Slope: ordinary "
+        f"h = clamp(n // 10, 1, 5) with n the metric's measured steps ({2 * h + 1} at n = {len(rows)}), one-sided at "
+        "the ends (first/last smoothed = mean of the first/last h+1 points). Slope: ordinary "
         "least squares of the raw values on the step; its 95% CI is t(0.975, n-2) * s / sqrt(Sxx) "
         "(`actors/report_trends.py`). trend: rises / falls where that CI excludes 0, else flat. A step counts "
         "for the complexity metrics only with >= 1 valid task, for the solve rate and student reward only with "
-        ">= 1 rollout. Cumulative counts get no CI (their residuals are not independent).",
+        ">= 1 rollout. Running totals (cumulative) are not smoothed and get no CI (their residuals are not "
+        "independent).",
         "",
     ]
     single = is_single_agent(rows)

@@ -6,6 +6,9 @@ Smoothing, over the n measured points y_0..y_{n-1} of a metric (in step order):
     s_i = mean{ y_j : |j - i| <= h, 0 <= j < n }        (centred; the window is cut at both ends)
     h   = clamp(n // 10, 1, 5)                           (window 2h+1: 3 points below 20 steps, 5 at 20, 11 from 50)
 
+At the ends the window is one-sided: s_0 is the mean of the first h+1 points and s_{n-1} of the last h+1,
+so on a steady trend the smoothed ends lag the fitted line by about h/2 steps.
+
 Fit of y = a + b x over the points (x_i = step, y_i):
 
     x̄, ȳ the means;  Sxx = Σ (x_i - x̄)²;  b = Σ (x_i - x̄)(y_i - ȳ) / Sxx;  a = ȳ - b x̄

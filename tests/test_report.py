@@ -57,7 +57,10 @@ def expected(rows: list[dict], key: str) -> dict:
     if n == 0:
         return out
     h = max(1, min(5, n // 10))
-    out.update({"mean": y.sum() / n, "first (smoothed)": y[: h + 1].mean(), "last (smoothed)": y[-h - 1:].mean()})
+    if key in CUMULATIVE:  # running totals are not smoothed
+        out.update({"mean": y.sum() / n, "first (smoothed)": y[0], "last (smoothed)": y[-1]})
+    else:
+        out.update({"mean": y.sum() / n, "first (smoothed)": y[: h + 1].mean(), "last (smoothed)": y[-h - 1:].mean()})
     if n >= 3:
         out["OLS slope / step"] = (n * (x * y).sum() - x.sum() * y.sum()) / (n * (x * x).sum() - x.sum() ** 2)
         if key not in CUMULATIVE:
