@@ -5,9 +5,11 @@
     python launch.py --config configs/qwen2.5-7b-4t4s.yaml model.path=/models/Qwen2.5-7B
     python launch.py --dry-run population.teachers=4  # validate + print config, placement and memory plan, start nothing
     python launch.py --resume runs/2026-11-21T10-00-00 --steps 10
+    python launch.py --quiet                          # errors and the final summary only
 
 Overrides are ``dotted.key=value`` with YAML values. Under ``ray job submit`` (or with RAY_ADDRESS
-set) the run attaches to that cluster; otherwise it starts a local one.
+set) the run attaches to that cluster; otherwise it starts a local one and prints its dashboard
+address and how to log in. The actors' output goes to RUN_DIR/logs/ (``--verbose``: to the terminal).
 """
 
 from __future__ import annotations
@@ -31,13 +33,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="launch.py",
         description="Population-based asymmetric self-play (PopuLoRA) on Ray.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Overrides: dotted.key=value (YAML values), e.g. population.teachers=4 inference.backend=hf",
+        epilog="Overrides: dotted.key=value (YAML values), e.g. population.teachers=4 inference.backend=hf\n"
+               "Output: one line per step and a summary; the actors' output and the driver's log go to RUN_DIR/logs/.\n"
+               "Dashboard: a local run prints its address; log in with the token `ray get-auth-token` prints.",
     )
     parser.add_argument("--config", type=Path, help="YAML preset (default: configs/tiny.yaml)")
     parser.add_argument("--run-dir", type=Path, help="output directory (default: runs/<name>-<timestamp>)")
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its latest checkpoint")
     parser.add_argument("--steps", type=int, help="steps to run (with --resume: further steps)")
     parser.add_argument("--dry-run", action="store_true", help="validate, print the config, placement and memory plan, exit (1 if memory does not fit)")
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument("--quiet", action="store_true",
+                          help="print only errors and the final summary (no progress bar, step lines or dashboard lines)")
+    loudness.add_argument("--verbose", action="store_true",
+                          help="forward the actors' output (model loading, engine logs) to this terminal instead of "
+                               "RUN_DIR/logs/, and log at DEBUG")
     parser.add_argument("overrides", nargs="*", metavar="dotted.key=value")
     return parser.parse_args(argv)
 
@@ -183,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         print(memory.render(), file=sys.stderr)
         print(memory.verdict(), file=sys.stderr)
         return 1
-    print(memory.verdict(), flush=True)
+    if not args.quiet:
+        print(memory.verdict(), flush=True)
     short = missing_resources(config, view)
     if short:  # refuse before any actor starts, instead of actors that wait forever for resources
         print(f"error: {view.source} lacks resources the placement plan needs:", file=sys.stderr)
@@ -198,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:  # the only placeholder: the loop lands with the system issue
         print(f"error: the training loop is not built yet ({exc}); use --dry-run", file=sys.stderr)
         return 3
-    return train(config, resume=args.resume is not None)
+    output = "quiet" if args.quiet else "verbose" if args.verbose else "default"
+    return train(config, resume=args.resume is not None, output=output)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """``train(config)``: resolve the model, start the actors, run the steps, checkpoint, summarise.
 
 Progress: one line per step (valid and solve rates, rewards, ratings, evolution, seconds) under a
-tqdm bar; a summary at the end. ``--resume`` restores the latest complete checkpoint of the run
+tqdm bar; a summary at the end, after which nothing prints. The actors' output goes to
+``RUN_DIR/logs/<actor>.log`` and the driver's log records to ``RUN_DIR/logs/driver.log``
+(``actors.cluster.connect``). ``output``: ``"quiet"`` prints errors and the summary only,
+``"verbose"`` forwards the actors' output to the terminal (Ray's forwarding) and logs DEBUG. ``--resume`` restores the latest complete checkpoint of the run
 directory (adapters, optimizer states, league and lineage, buffers, RNG states) and continues.
 
 Recovery: when an actor dies (a learner, the engine, the league; a killed verifier is retried by the
@@ -21,22 +24,27 @@ from pathlib import Path
 from typing import Any
 
 from configs import Config
-from actors.run_dir import CheckpointWriteError, RunDirectory
+from actors.run_dir import LOG_FORMAT, CheckpointWriteError, RunDirectory
 
 log = logging.getLogger("populora")
+progress_log = logging.getLogger("populora.progress")  # the lines the terminal shows: into driver.log, not twice on screen
+
+OUTPUT_MODES = ("quiet", "default", "verbose")
+TERMINAL_LOG_LEVEL = {"quiet": logging.ERROR, "default": logging.WARNING, "verbose": logging.DEBUG}
 
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
-def resolve_model(config: Config) -> str:
-    """The model directory: the built-in tiny model (built and cached on first use) or a local path holding a
-    config.json, weights and a tokenizer; anything else is a ``SystemExit`` saying what is missing."""
+def resolve_model(config: Config, progress: bool = True) -> str:
+    """The model directory: the built-in tiny model (built and cached on first use, showing its progress when
+    ``progress``) or a local path holding a config.json, weights and a tokenizer; anything else is a
+    ``SystemExit`` saying what is missing."""
     if config.model.path == "tiny":
         from tinycoder import ensure_model
 
-        return str(ensure_model(variant=config.model.tiny_variant, seed=0))
+        return str(ensure_model(variant=config.model.tiny_variant, seed=0, progress=progress))
     path = Path(config.model.path).expanduser()
     if config.model.path.startswith("${") or not (path / "config.json").is_file():
         raise SystemExit(
@@ -81,8 +89,50 @@ def summary(rows: list[dict[str, Any]], run: RunDirectory, wall: float) -> str:
         f"  solve rate   {first['solve_rate']:.2f} -> {last['solve_rate']:.2f}",
         f"  AST depth    {first['program_ast_depth']:.2f} -> {last['program_ast_depth']:.2f}; coverage {last['coverage']} n-grams",
         f"  evolution    {events} events; strongest member {best['id']} (mu {best['mu']:.2f}, sigma {best['sigma']:.2f})",
+        f"  logs:        {run.logs} (driver.log, one file per actor)",
         f"  plots:       python -m actors.report {run.root}",
     ])
+
+
+class Terminal:
+    """What the driver tells the terminal: its progress lines unless ``quiet`` (errors and the summary are
+    printed in every mode, by the callers). Every line also goes to the log (``RUN_DIR/logs/driver.log``)."""
+
+    def __init__(self, output: str):
+        if output not in OUTPUT_MODES:
+            raise ValueError(f"output must be one of {OUTPUT_MODES}, got {output!r}")
+        self.output = output
+        self.quiet = output == "quiet"
+
+    def say(self, line: str) -> None:
+        progress_log.info(line)
+        if not self.quiet:
+            print(f"[populora] {line}", flush=True)
+
+
+def attach_log_handlers(run: RunDirectory, output: str) -> list[logging.Handler]:
+    """Route this process's log records: all of INFO and up (DEBUG when ``verbose``) to ``RUN_DIR/logs/driver.log``,
+    to the terminal from ``TERMINAL_LOG_LEVEL[output]`` up. Returns the handlers (``detach_log_handlers``)."""
+    run.logs.mkdir(parents=True, exist_ok=True)
+    floor = logging.DEBUG if output == "verbose" else logging.INFO
+    to_file = logging.FileHandler(run.logs / "driver.log")
+    to_file.setLevel(floor)
+    to_terminal = logging.StreamHandler(sys.stderr)
+    to_terminal.setLevel(TERMINAL_LOG_LEVEL[output])
+    to_terminal.addFilter(lambda record: record.name != progress_log.name)
+    root = logging.getLogger()
+    for handler in (to_file, to_terminal):
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        root.addHandler(handler)
+    root.setLevel(floor)
+    return [to_file, to_terminal]
+
+
+def detach_log_handlers(handlers: list[logging.Handler]) -> None:
+    root = logging.getLogger()
+    for handler in handlers:
+        root.removeHandler(handler)
+        handler.close()
 
 
 def is_actor_fault(exc: BaseException) -> bool:
@@ -145,12 +195,24 @@ class Recovery:
         return system, restored
 
 
-def train(config: Config, resume: bool = False) -> int:
+def train(config: Config, resume: bool = False, output: str = "default") -> int:
     """Run ``config`` (continuing its run directory when ``resume``); returns the exit code.
 
     Attaches to the Ray session of this process when one is running (and leaves it running), else
-    connects or starts one (``actors.cluster.connect``) and shuts it down at the end.
+    connects or starts one (``actors.cluster.connect``) and shuts it down at the end. ``output``: one of
+    ``OUTPUT_MODES`` (``launch.py --quiet`` / default / ``--verbose``).
     """
+    terminal = Terminal(output)
+    run = RunDirectory(config.run.run_dir or default_run_dir(config))
+    run.root.mkdir(parents=True, exist_ok=True)
+    handlers = attach_log_handlers(run, output)
+    try:
+        return _train(config, resume, terminal, run)
+    finally:
+        detach_log_handlers(handlers)
+
+
+def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) -> int:
     import ray
     from tqdm import tqdm
 
@@ -159,12 +221,10 @@ def train(config: Config, resume: bool = False) -> int:
     from actors.placement import plan_placement
     from actors.rollouts import StepPrompts
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run = RunDirectory(config.run.run_dir or default_run_dir(config))
     start_step = 1
     checkpoint, notes = run.find_checkpoint() if resume else (None, [])
     if resume:
-        print(f"[populora] resuming {run.root}: {run.describe_status(run.read_status())}", flush=True)
+        terminal.say(f"resuming {run.root}: {run.describe_status(run.read_status())}")
         for note in notes:
             print(f"[populora] {note}", file=sys.stderr, flush=True)
     if resume and checkpoint is None:
@@ -177,13 +237,13 @@ def train(config: Config, resume: bool = False) -> int:
     run.create(config.model_copy(update={"run": config.run.model_copy(update={"run_dir": run.root})}))
 
     try:
-        model_path = resolve_model(config)
+        model_path = resolve_model(config, progress=not terminal.quiet)
         prompts = StepPrompts.from_config(config, model_path)  # a chat style on a model without a chat template stops here
     except (ValueError, SystemExit) as err:
         print(str(err) if str(err).startswith("error:") else f"error: {err}", file=sys.stderr)
         return 2
-    print(f"[populora] prompts: style {config.tasks.prompt_style}, at most {prompts.budget} prompt tokens "
-          f"(max_seq_len {config.model.max_seq_len} - max_tokens {config.inference.max_tokens})", flush=True)
+    terminal.say(f"prompts: style {config.tasks.prompt_style}, at most {prompts.budget} prompt tokens "
+                 f"(max_seq_len {config.model.max_seq_len} - max_tokens {config.inference.max_tokens})")
     evaluator = None
     if config.eval.every:  # benchmark files are read before any actor starts: a bad file stops here
         from evaluation.datasets import BenchmarkFileError
@@ -195,21 +255,30 @@ def train(config: Config, resume: bool = False) -> int:
             print(f"error: eval: {err}", file=sys.stderr)
             return 2
     plan = plan_placement(config)
+    log.debug("model %s; placement needs %s", model_path, plan.totals(verifier_on_workers=False))
     owns_ray = not ray.is_initialized()
-    print(f"[populora] connecting: {connect(plan.totals(verifier_on_workers=False)['CPU'])}", flush=True)
+    forward = terminal.output == "verbose"
+    connection = connect(plan.totals(verifier_on_workers=False)["CPU"], log_dir=None if forward else run.logs,
+                         forward_output=forward)
+    terminal.say(f"connecting: {connection.description}")
+    for line in connection.dashboard:
+        terminal.say(line)
+    if owns_ray:
+        terminal.say("actor output: forwarded to this terminal (--verbose)" if forward
+                     else f"actor output: {run.logs}/<actor>.log")
     recovery = Recovery(config, plan, model_path, run)
     system, _ = recovery.start(checkpoint)
-    print(f"[populora] actors up: {', '.join(a.name for a in plan.actors if a.role != 'verifier')} "
-          f"+ {config.verifier.actors} verifiers; inference backend: {system.backend}", flush=True)
+    terminal.say(f"actors up: {', '.join(a.name for a in plan.actors if a.role != 'verifier')} "
+                 f"+ {config.verifier.actors} verifiers; inference backend: {system.backend}")
     if checkpoint is not None:
-        print(f"[populora] resumed from {checkpoint}: league state equal to the saved one; continuing at step {start_step}",
-              flush=True)
+        terminal.say(f"resumed from {checkpoint}: league state equal to the saved one; continuing at step {start_step}")
 
     rows: list[dict[str, Any]] = []
     began = since = time.perf_counter()
     step, fault = start_step, None
     run.write_status("running", start_step - 1, 0)
-    bar = tqdm(total=last_step - start_step + 1, desc=config.run.name, unit="step", file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=last_step - start_step + 1, desc=config.run.name, unit="step", file=sys.stderr, dynamic_ncols=True,
+               disable=terminal.quiet)
     state, cause, code = "failed", None, 1
     try:
         while step <= last_step:
@@ -224,9 +293,11 @@ def train(config: Config, resume: bool = False) -> int:
                 if evaluator is not None and evaluator.due(step):  # eval/<benchmark>/<member> in metrics and TensorBoard
                     row.update(evaluator(system.generate, sorted(system.owners)))
                 run.append_metrics(row)
+                progress_log.info(format_step(row, last_step))
                 system.publish_metrics(row)
                 rows.append(row)
-                bar.write(format_step(row, last_step))
+                if not terminal.quiet:
+                    bar.write(format_step(row, last_step))
                 bar.update(1)
                 if step % config.run.checkpoint_every == 0 or step == last_step:
                     run.save_checkpoint(step, lambda d, s=step: system.checkpoint(d, s))

@@ -10,6 +10,9 @@ Layout::
     RUN_DIR/checkpoints/latest     name of the newest complete checkpoint (replaced atomically)
     RUN_DIR/status.json            why the run stopped: running / finished / interrupted / failed, the cause,
                                    the recoveries, the last step (``running`` after a kill: nobody wrote it)
+    RUN_DIR/logs/driver.log        the driver's log records (INFO and up; DEBUG with --verbose)
+    RUN_DIR/logs/<actor>.log       each actor's stdout, stderr and log records (``route_output``), one file per
+                                   actor name, appended to by a restarted actor
 
 A checkpoint directory appears under its final name only after every file in it is written and
 synced, and ``latest`` moves only after that, so the latest checkpoint is always complete even if
@@ -34,10 +37,12 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -47,6 +52,9 @@ from configs import Config, dump_config
 
 CHECKPOINT_ID = ".checkpoint-id"
 MANIFEST = "manifest.json"
+LOG_DIR_ENV = "POPULORA_LOG_DIR"
+"""Set by the driver in the actors' environment (``actors.cluster.connect``): where ``route_output`` writes."""
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class CheckpointDirectoryError(RuntimeError):
@@ -150,6 +158,38 @@ def check_checkpoint_dir(directory: Path, token: str, who: str) -> None:
         )
 
 
+def route_output(name: str) -> Path | None:
+    """Send this process's output to ``$POPULORA_LOG_DIR/<name>.log`` and return that file.
+
+    File descriptors 1 and 2 are pointed at the file (``dup2``), so prints, tqdm bars, C libraries and child
+    processes (the verifier's fork server, vLLM's engine process) all land there, and the root logger writes
+    INFO records to it. Nothing happens (None) where the variable is unset (``launch.py --verbose``: Ray
+    forwards the output to the terminal) or the directory cannot be written on this node; the output then
+    stays in Ray's own worker log files (``/tmp/ray/session_latest/logs/worker-*``).
+    """
+    directory = os.environ.get(LOG_DIR_ENV)
+    if not directory:
+        return None
+    path = Path(directory) / f"{name}.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.write(2, f"--- {name}: pid {os.getpid()} on {socket.gethostname()} started {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(min(root.level or logging.INFO, logging.INFO))
+    return path
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
@@ -165,6 +205,7 @@ class RunDirectory:
         self.root = Path(root)
         self.checkpoints = self.root / "checkpoints"
         self.metrics_path = self.root / "metrics.jsonl"
+        self.logs = self.root / "logs"
         self._tensorboard = None
 
     def create(self, config: Config) -> None:

@@ -9,6 +9,7 @@ chunk gives the same answers.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any, Callable, Sequence
 
@@ -36,6 +37,9 @@ class VerifierActor:
         require: Sequence[str] | None = None,
         allow_weak_sandbox: bool = False,
     ):
+        from actors.run_dir import route_output
+
+        route_output(ray.get_runtime_context().get_actor_name() or f"verifier-{os.getpid()}")  # the fork server inherits it
         from verifier import Verifier
         from verifier.defences import DEFAULT_REQUIRE
 

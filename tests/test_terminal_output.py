@@ -1,0 +1,168 @@
+"""What a user sees in the terminal: the dashboard lines, nothing from the actors after the summary,
+--quiet and --verbose, the actors' log files in the run directory, and no secret written anywhere.
+
+The runs are real `launch.py` subprocesses on a local Ray cluster (the tiny test model, short overrides).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from actors.cluster import dashboard_lines, dashboard_missing, token_source
+from short_runs import ROOT, SHORT, launch_env
+
+ACTOR_LOGS = {"inference.log", "learner-teacher.log", "learner-student.log", "league.log", "verifier-0.log",
+              "verifier-1.log"}
+SUMMARY_KEYS = ("valid rate", "solve rate", "AST depth", "evolution", "logs:", "plots:")
+ACTOR_OUTPUT_MARKS = ("Loading weights", "(LearnerActor", "(InferenceActor", "(VerifierActor", "(LeagueActor", "pid=")
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> Path:
+    from tinycoder import ensure_model
+
+    return ensure_model("test", progress=False)
+
+
+def launch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "launch.py", *args], cwd=ROOT, env=launch_env(), capture_output=True,
+                          text=True, timeout=600)
+
+
+def local_token() -> bytes | None:
+    """The token a local cluster started from this environment uses (Ray's order: RAY_AUTH_TOKEN, the file
+    RAY_AUTH_TOKEN_PATH names, ~/.ray/auth_token), or None where there is none. Never printed."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip().encode()
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    token = path.read_bytes().strip() if path.is_file() else b""
+    return token or None
+
+
+def files_holding(secret: bytes, root: Path) -> list[str]:
+    return [str(p.relative_to(root)) for p in sorted(root.rglob("*")) if p.is_file() and secret in p.read_bytes()]
+
+
+def after_summary(stdout: str) -> list[str]:
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("run finished"))
+    return lines[start + 1:]
+
+
+# -- the dashboard lines -------------------------------------------------------------------------------------------
+
+
+def test_local_dashboard_lines_give_the_url_and_the_login_command_never_a_token():
+    lines = dashboard_lines("127.0.0.1:8266", token_auth=True, remote=False, env={"RAY_AUTH_TOKEN": "s3cr3t-value"})
+    text = "\n".join(lines)
+    assert "http://127.0.0.1:8266" in text and "ssh -L 8266:localhost:8266" in text
+    assert "`ray get-auth-token`" in text and "RAY_AUTH_TOKEN variable" in text
+    assert "s3cr3t-value" not in text
+    assert "~/.ray/auth_token" in "\n".join(dashboard_lines("http://127.0.0.1:8265", True, remote=False, env={}))
+    assert token_source({"RAY_AUTH_TOKEN_PATH": "/etc/ray-token"}) == "the file /etc/ray-token (RAY_AUTH_TOKEN_PATH)"
+
+
+def test_dashboard_lines_without_auth_remote_and_missing():
+    open_lines = dashboard_lines("127.0.0.1:8265", token_auth=False, remote=False, env={})
+    assert "login: none" in open_lines[1] and "RAY_AUTH_MODE=disabled" in open_lines[1]
+    remote = dashboard_lines("10.0.0.5:8265", token_auth=True, remote=True, env={})
+    assert "head node" in remote[0] and "ssh -L 8265:localhost:8265 <head node>" in remote[0]
+    assert "`ray get-auth-token` prints on the head node" in remote[1]
+    (missing,) = dashboard_lines(None, token_auth=True, remote=False, missing="No module named 'aiohttp'")
+    assert missing.startswith("dashboard: not running") and "ray[default]" in missing and "aiohttp" in missing
+    assert dashboard_lines("", token_auth=False, remote=True, env={})[0].startswith("dashboard: not running")
+
+
+def test_this_installation_has_the_dashboard():
+    assert dashboard_missing() is None, "install.sh installs ray[default]; the dashboard tests below need it"
+
+
+# -- route_output in a real process --------------------------------------------------------------------------------
+
+
+def test_route_output_sends_prints_logging_and_child_processes_to_the_file(tmp_path):
+    script = textwrap.dedent("""
+        import logging, os, subprocess, sys
+        from actors.run_dir import route_output
+        path = route_output("worker-x")
+        print("from print")
+        logging.getLogger("some.module").info("from logging")
+        subprocess.run(["sh", "-c", "echo from a child >&2"], check=True)
+        os.write(1, b"from fd 1\\n")
+        print(path)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "POPULORA_LOG_DIR": str(tmp_path / "logs")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "" and out.stderr == ""
+    text = (tmp_path / "logs" / "worker-x.log").read_text()
+    for line in ("--- worker-x: pid", "from print", "INFO some.module: from logging", "from a child", "from fd 1",
+                 str(tmp_path / "logs" / "worker-x.log")):
+        assert line in text
+    unset = subprocess.run([sys.executable, "-c", "from actors.run_dir import route_output; print(route_output('y'))"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60,
+                           env={k: v for k, v in os.environ.items() if k != "POPULORA_LOG_DIR"})
+    assert unset.stdout.strip() == "None"
+
+
+# -- real runs -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_default_run_then_quiet_resume(tiny_model, tmp_path):
+    run_dir = tmp_path / "run"
+    first = launch("--run-dir", str(run_dir), "--steps", "2", *SHORT)
+    assert first.returncode == 0, first.stderr[-3000:]
+    out = first.stdout
+    assert "[populora] dashboard: http://127.0.0.1:" in out or "[populora] dashboard: not running" in out
+    if "[populora] dashboard: http" in out:
+        assert "[populora] dashboard login:" in out
+        assert "`ray get-auth-token`" in out or "login: none" in out
+    assert f"[populora] actor output: {run_dir}/logs/<actor>.log" in out
+    assert "step    2/2" in out
+    tail = after_summary(out)
+    assert [line.split()[0] for line in tail] == ["valid", "solve", "AST", "evolution", "logs:", "plots:"]
+    both = out + first.stderr
+    assert not [mark for mark in ACTOR_OUTPUT_MARKS if mark in both], "actor output reached the terminal"
+    assert "Token authentication is enabled" not in first.stderr  # Ray's warning: our dashboard lines say it
+
+    logs = run_dir / "logs"
+    assert ACTOR_LOGS <= {p.name for p in logs.iterdir()}
+    for name in ACTOR_LOGS:
+        assert (logs / name).read_text().startswith(f"--- {name[:-4]}: pid ")
+    driver_log = (logs / "driver.log").read_text()
+    assert "step    2/2" in driver_log and "dashboard" in driver_log
+
+    quiet = launch("--resume", str(run_dir), "--steps", "1", "--quiet")
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    lines = quiet.stdout.splitlines()
+    assert lines[0].startswith("run finished: steps 3..3") and len(lines) == 1 + len(SUMMARY_KEYS), quiet.stdout
+    assert quiet.stderr.strip() == "", quiet.stderr[-2000:]
+    assert "step    3/3" in (logs / "driver.log").read_text()  # the progress still goes to the log
+
+    token = local_token()
+    if token is None:
+        pytest.skip("no Ray token on this machine to look for (token authentication off)")
+    leaks = files_holding(token, run_dir)
+    assert not leaks, f"the Ray token is written in {leaks}"
+    in_terminal = [name for name, text in (("stdout", out), ("stderr", first.stderr), ("quiet stdout", quiet.stdout))
+                   if token.decode() in text]
+    assert not in_terminal, f"the Ray token is printed on {in_terminal}"
+
+
+@pytest.mark.slow
+def test_verbose_forwards_actor_output(tiny_model, tmp_path):
+    run_dir = tmp_path / "run"
+    out = launch("--run-dir", str(run_dir), "--steps", "1", *SHORT, "evolution.enabled=false", "--verbose")
+    assert out.returncode == 0, out.stderr[-3000:]
+    both = out.stdout + out.stderr
+    assert "[populora] actor output: forwarded to this terminal (--verbose)" in out.stdout
+    assert "Loading weights" in both and "(LearnerActor pid=" in both
+    assert not any(p.name != "driver.log" for p in (run_dir / "logs").iterdir())
+    assert "DEBUG" in (run_dir / "logs" / "driver.log").read_text()
