@@ -13,6 +13,11 @@ the cache is reset after each in-place swap there. Works with ``vllm`` on GPUs a
 * ``max_loras`` is one more than ``max_adapters``: vLLM's CPU LoRA ops index the weight stack with
   the no-adapter sentinel -1, which silently gives base rows the *last* slot's adapter
   (vllm PR #48421); an always-empty last slot makes that a zero delta.
+* chunked prefill is off: a seeded request whose prompt is split across scheduler steps makes vLLM
+  rewind its ``torch.Generator`` (``gen.set_offset(gen.get_offset() - 4)`` after the discarded
+  sample of a partial prefill), which only CUDA generators support; a CPU generator raises
+  ``RuntimeError: CPU Generator does not use offset``. Unchunked, vLLM raises the step budget
+  ``max_num_batched_tokens`` to at least ``max_model_len``, so every prompt is prefilled in one step.
 * ``VLLM_CPU_OMP_THREADS_BIND=nobind``, ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and in-process engine
   core (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ~2 s start instead of ~20 s) are set as defaults
   when the environment does not set them; ``enforce_eager`` defaults to True.
@@ -100,6 +105,10 @@ class VLLMEngine(EngineBase):
         )
         if cpu:
             args["enforce_eager"] = True
+            if engine_args.get("enable_chunked_prefill"):
+                raise ValueError("engine_args enable_chunked_prefill=True is not supported on CPU: vLLM rewinds a seeded "
+                                 "request's generator after a partial prefill, which CPU generators cannot do")
+            args["enable_chunked_prefill"] = False
         if max_model_len is not None:
             args["max_model_len"] = max_model_len
         args.update(engine_args)
