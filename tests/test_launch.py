@@ -50,3 +50,17 @@ def test_bad_value_fails_naming_it():
 def test_resume_needs_a_run_directory(tmp_path):
     out = launch("--dry-run", "--resume", str(tmp_path))
     assert out.returncode == 2 and "config.yaml" in out.stderr
+
+
+def test_help_documents_quiet_verbose_and_the_dashboard_login():
+    out = launch("--help")
+    assert out.returncode == 0
+    help_text = " ".join(out.stdout.split())
+    assert "--quiet print only errors and the final summary" in help_text
+    assert "--verbose forward the actors' output" in help_text
+    assert "RUN_DIR/logs/" in help_text and "`ray get-auth-token`" in help_text
+
+
+def test_quiet_and_verbose_exclude_each_other():
+    out = launch("--quiet", "--verbose", "--dry-run")
+    assert out.returncode == 2 and "not allowed with argument" in out.stderr
