@@ -6,6 +6,7 @@ The runs are real `launch.py` subprocesses on a local Ray cluster (the tiny test
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -109,6 +110,49 @@ def test_route_output_sends_prints_logging_and_child_processes_to_the_file(tmp_p
                            cwd=ROOT, capture_output=True, text=True, timeout=60,
                            env={k: v for k, v in os.environ.items() if k != "POPULORA_LOG_DIR"})
     assert unset.stdout.strip() == "None"
+
+
+# -- the dashboard a local cluster serves ----------------------------------------------------------------------------
+
+DASHBOARD_PROBE = """
+import json, shutil, subprocess, sys, urllib.error, urllib.request
+import ray
+from actors.cluster import connect
+
+def status(url, headers=None):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+connection = connect(1, log_dir=sys.argv[1])
+line = connection.dashboard[0]
+url = line.split()[1]
+token = subprocess.run([shutil.which("ray") or "ray", "get-auth-token"], capture_output=True, text=True).stdout.strip()
+try:
+    print(json.dumps({"lines": connection.dashboard, "page": status(url + "/"),
+                      "api_without_token": status(url + "/api/version"),
+                      "api_with_cookie": status(url + "/api/version", {"Cookie": "ray-authentication-token=" + token}),
+                      "api_with_wrong_token": status(url + "/api/version", {"Authorization": "Bearer wrong"})}))
+finally:
+    ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_the_printed_dashboard_asks_for_the_token_ray_get_auth_token_prints(tmp_path):
+    env = {k: v for k, v in launch_env().items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    out = subprocess.run([sys.executable, "-c", DASHBOARD_PROBE, str(tmp_path / "logs")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["lines"][0].startswith("dashboard: http://127.0.0.1:")
+    assert "`ray get-auth-token`" in result["lines"][1]
+    assert result["page"] == 200  # the login page itself is public
+    assert result["api_without_token"] == 401 and result["api_with_wrong_token"] == 403
+    assert result["api_with_cookie"] == 200  # what pasting the token into the page sets
 
 
 # -- real runs -----------------------------------------------------------------------------------------------------
