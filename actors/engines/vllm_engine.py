@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -137,9 +138,11 @@ class VLLMEngine(EngineBase):
         from vllm.lora.request import LoRARequest
 
         prompts = [TokensPrompt(prompt_token_ids=p.prompt_ids) for p in prepared]
+        # vLLM refuses n > 1 with greedy sampling; greedy samples are all the same, so one is computed and copied.
+        samples = [1 if p.request.temperature == 0 else p.request.n for p in prepared]
         params = [
             SamplingParams(
-                n=p.request.n,
+                n=n,
                 temperature=p.request.temperature,
                 top_p=p.request.top_p,
                 max_tokens=p.max_tokens,
@@ -148,7 +151,7 @@ class VLLMEngine(EngineBase):
                 logprobs=0,
                 skip_special_tokens=True,
             )
-            for p in prepared
+            for p, n in zip(prepared, samples)
         ]
         loras = [
             LoRARequest(p.adapter.name, p.adapter.lora_id, str(p.adapter.path)) if p.adapter else None for p in prepared
@@ -171,6 +174,8 @@ class VLLMEngine(EngineBase):
                         prompt_token_ids=p.prompt_ids,
                     )
                 )
+            gens += [replace(gens[0], token_ids=list(gens[0].token_ids), logprobs=list(gens[0].logprobs))
+                     for _ in range(p.request.n - len(gens))]
             results.append(gens)
         return results
 
