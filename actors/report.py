@@ -43,6 +43,7 @@ from actors.report_summary import (  # noqa: E402
 )
 
 ROLE_TITLES = {"teacher": "Teachers", "student": "Students", "agent": "The single agent"}
+SINGLE_AGENT_REWARDS = {"teacher_reward": "reward as proposer", "student_reward": "reward as solver"}
 RUN_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple")
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
@@ -126,6 +127,9 @@ def plot_ratings(rows: list[dict[str, Any]], out: Path) -> Path:
             raw.fill_between(steps, mu - sigma, mu + sigma, color=color, alpha=0.08, linewidth=0)
             rel.plot([p[0] for p in relative[member]], [p[1] for p in relative[member]], "-", color=color,
                      linewidth=1.3, label=member)
+        if len({p[1] for m in members for p in trajectories[m]}) == 1:
+            raw.text(0.5, 0.9, "no rated games: mu stays at its prior", transform=raw.transAxes, ha="center",
+                     color="dimgray")
         points = means[role]
         raw.plot([p[0] for p in points], [p[1] for p in points], "-", color="black", linewidth=2.5,
                  label=f"mean of the {role}s")
@@ -148,7 +152,8 @@ def plot_rates(rows: list[dict[str, Any]], out: Path) -> Path:
             t = trend(rows, key)
             draw_trend(ax, t, colors[role], smoothing_label(t))
             limits = (-0.02, 1.02) if key.endswith("_rate") else (-1.05, 1.05)
-            ax.set(ylim=limits, title=f"{who}: {LABELS[key]}", ylabel=LABELS[key])
+            label = SINGLE_AGENT_REWARDS.get(key, LABELS[key]) if single else LABELS[key]
+            ax.set(ylim=limits, title=f"{who}: {label}", ylabel=label)
             if key.endswith("_reward"):
                 ax.axhline(0.0, color="gray", linewidth=0.8)
             ax.grid(alpha=0.3)
@@ -156,7 +161,8 @@ def plot_rates(rows: list[dict[str, Any]], out: Path) -> Path:
                 ax.legend(fontsize=8, loc="lower right")
     for ax in axes[1]:
         ax.set_xlabel("step")
-    fig.suptitle("Teachers and students (dots: each step; line: centred rolling mean)")
+    fig.suptitle(f"{'Proposing and solving' if single else 'Teachers and students'} "
+                 "(dots: each step; line: centred rolling mean)")
     return _save(fig, out / "rates.png")
 
 
