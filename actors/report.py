@@ -24,7 +24,6 @@ formula ``actors.report_trends`` states):
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -37,6 +36,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from actors.report_trends import smoothing_half_width  # noqa: E402
+from actors.run_dir import RunDirectory  # noqa: E402
 from actors.report_summary import (  # noqa: E402
     COMPARED, COMPLEXITY, COVERAGE, CUMULATIVE, LABELS, ROLE_METRICS, Trend, is_single_agent, roles, run_label,
     trend, write_summary,
@@ -46,16 +46,14 @@ ROLE_TITLES = {"teacher": "Teachers", "student": "Students", "agent": "The singl
 SINGLE_AGENT_REWARDS = {"teacher_reward": "reward as proposer", "student_reward": "reward as solver"}
 RUN_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple")
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist (is {run_dir} a run directory?)")
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            rows.append(json.loads(line))
-    rows = [r for r in rows if "step" in r]  # event records (a recovery) sit between the step rows
+    """The step rows of ``run_dir/metrics.jsonl`` (``RunDirectory.read_metrics``: event records left out, a line
+    cut by a kill ends the log); a clear error where there is no log or no step yet."""
+    run = RunDirectory(Path(run_dir))
+    if not run.metrics_path.is_file():
+        raise FileNotFoundError(f"{run.metrics_path} does not exist (is {run_dir} a run directory?)")
+    rows = run.read_metrics()
     if not rows:
-        raise ValueError(f"{path} holds no steps yet")
+        raise ValueError(f"{run.metrics_path} holds no steps yet")
     return rows
 
 
@@ -178,7 +176,8 @@ def plot_complexity(rows: list[dict[str, Any]], out: Path) -> Path:
             ax.legend(fontsize=8, loc="best")
     for ax in axes[1]:
         ax.set_xlabel("step")
-    fig.suptitle("Complexity of the valid proposed programs (mean per step; dashed: least-squares line, band: its 95% CI)")
+    fig.suptitle("Complexity of the valid proposed programs "
+                 "(mean per step; dashed: least-squares line, band: its 95% CI)")
     return _save(fig, out / "complexity.png")
 
 

@@ -20,8 +20,10 @@ Fit of y = a + b x over the points (x_i = step, y_i):
 The quantile is found by bisection on Student's t distribution function in closed form for integer
 degrees of freedom ν (Abramowitz & Stegun 26.7.3-4), with θ = atan(t / √ν):
 
-    P(|T| <= t) = (2/π) [θ + sin θ (cos θ + (2/3) cos³θ + ... + (2·4···(ν-3))/(1·3···(ν-2)) cos^(ν-2) θ)]   ν odd
-    P(|T| <= t) = sin θ [1 + (1/2) cos²θ + (1·3)/(2·4) cos⁴θ + ... + (1·3···(ν-3))/(2·4···(ν-2)) cos^(ν-2) θ]  ν even
+    ν odd:   P(|T| <= t) = (2/π) [θ + sin θ (cos θ + (2/3) cos³θ + ...
+                                          + (2·4···(ν-3))/(1·3···(ν-2)) cos^(ν-2) θ)]
+    ν even:  P(|T| <= t) = sin θ [1 + (1/2) cos²θ + (1·3)/(2·4) cos⁴θ + ...
+                                  + (1·3···(ν-3))/(2·4···(ν-2)) cos^(ν-2) θ]
 
 (the sums are empty for ν = 1 and ν = 2).
 """

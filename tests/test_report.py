@@ -107,7 +107,8 @@ def check_summary(plots: Path, runs: list[tuple[str, list[dict]]]) -> dict[str, 
     rows = runs[0][1]
     rates = parsed["rates.png"]
     assert [(r["role"], LABEL_KEYS[r["metric"]]) for r in rates] == [
-        ("teachers", "valid_rate"), ("teachers", "teacher_reward"), ("students", "solve_rate"), ("students", "student_reward")]
+        ("teachers", "valid_rate"), ("teachers", "teacher_reward"),
+        ("students", "solve_rate"), ("students", "student_reward")]
     for section in ("rates.png", "complexity.png", "coverage.png"):
         for cells in parsed[section]:
             check_row(cells, expected(rows, LABEL_KEYS[cells["metric"]]))
@@ -143,7 +144,8 @@ def schema_row(step: int, members: list[dict], valid_tasks: int, depth: float, r
     rollouts = valid_tasks * 4
     return {
         "step": step, "members": members,
-        "valid_rate": round(valid_tasks / 12, 4), "solve_rate": round(float(rng.uniform(0.1, 0.5)), 4) if rollouts else 0.0,
+        "valid_rate": round(valid_tasks / 12, 4),
+        "solve_rate": round(float(rng.uniform(0.1, 0.5)), 4) if rollouts else 0.0,
         "teacher_reward": round(float(rng.uniform(-0.5, 0.5)), 4),
         "student_reward": round(float(rng.uniform(-0.5, 0.2)), 4) if rollouts else 0.0,
         **{k: round(float(v), 4) for k, v in complexity.items()},
@@ -252,3 +254,18 @@ def test_report_on_real_population_and_single_agent_runs(real_runs):
     parsed = check_summary(plots, [("population", pop_rows), ("single", single_rows)])
     assert len(parsed["compare.png"]) == 16  # eight metrics, two runs
     assert len(parsed["ratings.png"]) == len({m["id"] for r in pop_rows for m in r["members"]})
+
+
+def test_report_skips_event_records_stops_at_a_cut_line_and_refuses_an_empty_log(tmp_path):
+    rows = write_run(tmp_path / "pop", single=False, seed=3)[:20]
+    lines = [json.dumps(r) for r in rows]
+    lines.insert(10, json.dumps({"event": "recovery", "recovery": 1, "actors": ["learner-0"], "failed_step": 11}))
+    (tmp_path / "pop" / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 21, "valid_ra')
+    write_report([tmp_path / "pop"])
+    check_summary(tmp_path / "pop" / "plots", [("pop", rows)])
+    assert "20 steps (1-20)" in (tmp_path / "pop" / "plots" / "summary.md").read_text()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text("")
+    out = subprocess.run([sys.executable, "-m", "actors.report", str(tmp_path / "empty")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "holds no steps yet" in out.stderr
