@@ -205,11 +205,13 @@ def train(config: Config, resume: bool = False, output: str = "default") -> int:
     terminal = Terminal(output)
     run = RunDirectory(config.run.run_dir or default_run_dir(config))
     run.root.mkdir(parents=True, exist_ok=True)
+    level = logging.getLogger().level
     handlers = attach_log_handlers(run, output)
     try:
         return _train(config, resume, terminal, run)
     finally:
         detach_log_handlers(handlers)
+        logging.getLogger().setLevel(level)
 
 
 def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) -> int:
