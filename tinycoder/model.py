@@ -30,8 +30,18 @@ class ModelShape:
 
 def qwen2_config(shape: ModelShape, tokenizer: PreTrainedTokenizerFast) -> Qwen2Config:
     """A ``Qwen2Config`` of ``shape`` whose vocabulary and special ids match ``tokenizer``."""
+    return _config(shape, len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id)
+
+
+def stand_in_model(shape: ModelShape, vocab_size: int) -> Qwen2ForCausalLM:
+    """A model of ``shape`` before any tokenizer exists (special ids 0-2), for timing a training step:
+    its cost does not depend on which ids are special."""
+    return Qwen2ForCausalLM(_config(shape, vocab_size, 0, 1, 2))
+
+
+def _config(shape: ModelShape, vocab_size: int, bos: int | None, eos: int | None, pad: int | None) -> Qwen2Config:
     return Qwen2Config(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size,
         hidden_size=shape.hidden,
         intermediate_size=shape.intermediate,
         num_hidden_layers=shape.layers,
@@ -41,9 +51,9 @@ def qwen2_config(shape: ModelShape, tokenizer: PreTrainedTokenizerFast) -> Qwen2
         rope_theta=10000.0,
         tie_word_embeddings=True,
         initializer_range=0.02,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=pad,
     )
 
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 import os
 import random
+import statistics
 import sys
+import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -114,6 +116,38 @@ def lr_at(step: int, s: TrainSettings) -> float:
         return s.lr * (step + 1) / s.warmup
     progress = (step - s.warmup) / max(1, s.steps - s.warmup)
     return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def measure_step_seconds(
+    model: Qwen2ForCausalLM, settings: TrainSettings, example_len: int, completion_len: int, steps: int = 3
+) -> float:
+    """Seconds per training step of ``model`` on this machine now: the median of ``steps`` timed steps
+    (after one warm-up step) on a synthetic batch of ``settings.batch_tokens // example_len`` random
+    examples of ``example_len`` tokens with ``completion_len`` completion tokens each.
+
+    Used for the build's time estimate; works on a throwaway model (its weights change).
+    """
+    if not 0 < completion_len < example_len <= settings.max_len:
+        raise ValueError(f"need 0 < completion_len ({completion_len}) < example_len ({example_len}) <= max_len ({settings.max_len})")
+    gen = torch.Generator().manual_seed(0)
+    rows = max(1, settings.batch_tokens // example_len)
+    ids = torch.randint(0, model.config.vocab_size, (rows, example_len), generator=gen)
+    attn = torch.ones_like(ids)
+    target = torch.zeros((rows, example_len - 1), dtype=torch.bool)
+    target[:, example_len - 1 - completion_len :] = True
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    times = []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        loss = completion_loss(model, ids, attn, target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+        opt.step()
+        loss.item()
+        if i:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def cpu_threads() -> int:
