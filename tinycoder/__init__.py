@@ -1,7 +1,7 @@
 """The embedded default model: a tiny Qwen2 code model the project bootstraps on CPU and caches.
 
     from tinycoder import ensure_model
-    path = ensure_model()                 # builds once (~10 min on two cores), then reuses the cache
+    path = ensure_model()                 # builds once (minutes; it says how many), then reuses the cache
     path = ensure_model("test")           # small and quick, for tests
 
 The directory loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (and vLLM, PEFT). No ray here.
@@ -9,13 +9,21 @@ The directory loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (and vLLM,
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 from tinycoder.build import VARIANTS, BuildSettings, build_model, describe, variant_settings
 from tinycoder.cache import MANIFEST, build_once, cache_key, cache_root
 
-__all__ = ["VARIANTS", "BuildSettings", "ensure_model", "model_dir"]
+__all__ = ["VARIANTS", "BuildSettings", "build_here", "ensure_model", "model_dir"]
+
+# The build runs in a child process whose idle OpenMP threads spin only briefly (~0.1 ms: enough to
+# bridge the gap between two ops) before they sleep: libgomp (KMP_* for Intel's OpenMP) reads this
+# only when torch loads it, so a parent cannot change its own. With the default long spin, a training
+# step on a busy 2-core machine took 2-3 times as long (docs/tinycoder.md, "Where the build time goes").
+BUILD_ENV = {"GOMP_SPINCOUNT": "10000", "KMP_BLOCKTIME": "1"}
 
 
 def model_dir(variant: str = "default", seed: int = 0, cache_dir: Path | str | None = None) -> Path:
@@ -38,12 +46,34 @@ def ensure_model(
     ``variant``: ``"default"`` (the model ``python launch.py`` uses) or ``"test"`` (small, quick).
     ``cache_dir``: overrides the cache root (default ``$XDG_CACHE_HOME/populora/tiny-coder``).
     ``threads``: torch threads for training (default: the cores this process may use).
-    Concurrent callers wait for one build and share it.
+    A missing model is built by ``python -m tinycoder --here`` in a child process (``BUILD_ENV``);
+    concurrent callers wait for one build and share it.
     """
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    target = model_dir(variant, seed, cache_dir)
+    if (target / MANIFEST).is_file():
+        return target
+    command = [sys.executable, "-m", "tinycoder", "--here", "--variant", variant, "--seed", str(seed),
+               "--cache-dir", str(target.parent)]
+    command += ["--threads", str(threads)] if threads is not None else []
+    command += [] if progress else ["--quiet"]
+    project = str(Path(__file__).resolve().parent.parent)
+    env = {**BUILD_ENV, **os.environ}  # a policy the user set wins
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (project, os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=None if progress else subprocess.PIPE, text=True)
+    if done.returncode != 0 or not (target / MANIFEST).is_file():
+        detail = (done.stderr or "").strip()[-3000:] if not progress else "(its output is above)"
+        raise RuntimeError(f"building the tiny-coder {variant!r} model failed (exit {done.returncode}): {detail}")
+    return target
+
+
+def build_here(
+    variant: str = "default", seed: int = 0, *, cache_dir: Path | str | None = None, progress: bool = True, threads: int | None = None
+) -> Path:
+    """``ensure_model`` in this process (what its child runs): build under the cache lock unless built."""
     settings = variant_settings(variant)
     target = model_dir(variant, seed, cache_dir)
-    if not (target / MANIFEST).is_file() and progress:
-        print(f"[tiny-coder] building the {variant!r} model (once; cached in {target})", file=sys.stderr, flush=True)
-    return build_once(target.parent, target.name, lambda tmp: build_model(settings, seed, tmp, progress=progress, threads=threads))
+    announce = f"building the tiny {variant!r} model (one time, cached in {target})"
+    return build_once(target.parent, target.name,
+                      lambda tmp: build_model(settings, seed, tmp, progress=progress, threads=threads, announce=announce))

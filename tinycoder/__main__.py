@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tinycoder import VARIANTS, ensure_model
+from tinycoder import VARIANTS, build_here, ensure_model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -13,8 +13,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", help="cache root (default: $XDG_CACHE_HOME/populora/tiny-coder)")
     parser.add_argument("--threads", type=int, help="torch threads for training (default: all usable cores)")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--here", action="store_true",
+                        help="build in this process (what ensure_model's child runs) instead of a child process")
     args = parser.parse_args(argv)
-    print(ensure_model(args.variant, args.seed, cache_dir=args.cache_dir, threads=args.threads))
+    if args.seed < 0:
+        parser.error(f"--seed must be >= 0, got {args.seed}")
+    build = build_here if args.here else ensure_model
+    print(build(args.variant, args.seed, cache_dir=args.cache_dir, progress=not args.quiet, threads=args.threads))
     return 0
 
 
