@@ -3,6 +3,8 @@
     python bench/tiny_coder.py                      # the default variant (built first if not cached)
     python bench/tiny_coder.py --variant test --proposals 30
     python bench/tiny_coder.py --fresh              # build into a temporary cache and time the build
+    python bench/tiny_coder.py --fresh --cache-dir D  # ... into D, and keep it
+    python bench/tiny_coder.py --step-timing        # only: seconds per training step, old vs new settings
 
 Teachers: fresh proposals for code_o / code_i (K references from a buffer that starts with the
 identity seed and grows with the valid proposals, as in a run) and code_f (inputs + message for
@@ -15,16 +17,25 @@ Side by side in the same run: a randomly initialised model of the same architect
 bootstrap buys. Progress goes to stderr; the last stdout line is one JSON object with
 ``valid_rate`` (valid proposals / proposals), ``solve_rate`` (solving rollouts / rollouts on valid
 tasks, all families), ``distinct_structures`` (distinct AST structures / valid code_o+code_i
-proposals) and ``build_minutes``.
+proposals), ``build_minutes`` and the machine's speed: ``s_per_step`` (training seconds per step of
+the build) and ``step_timing`` (seconds per step of the settings before issue 24 and now, side by side).
+
+``--step-timing`` times training steps on a stand-in model of the variant's shape (synthetic batches
+of the corpus's mean example length), alternating: the training settings before issue 24 (batches of
+6144 tokens) and now, each in child processes with the OpenMP settings before (libgomp's default
+spin) and now (``tinycoder.BUILD_ENV``), round after round, so a busy machine slows all alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,8 +50,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa
 
 from actors.engines import GenerationRequest, make_engine  # noqa: E402
 from configs.loading import load_config  # noqa: E402
-from tinycoder import ensure_model, model_dir  # noqa: E402
+from tinycoder import BUILD_ENV, VARIANTS, ensure_model, model_dir  # noqa: E402
+from tinycoder.build import TYPICAL_EXAMPLE  # noqa: E402
 from tinycoder.cache import MANIFEST  # noqa: E402
+from tinycoder.model import stand_in_model  # noqa: E402
+from tinycoder.train import cpu_threads, measure_step_seconds  # noqa: E402
 from verifier import Task, identity_task, parse_proposal, student_prompt, teacher_prompt  # noqa: E402
 from verifier.families import judge_answers, validate_proposals  # noqa: E402
 from verifier.metrics import structure_hash  # noqa: E402
@@ -156,6 +170,47 @@ def random_init_copy(path: Path, dest: Path, seed: int) -> Path:
     return dest
 
 
+# The default variant's training settings before issue 24 (everything else unchanged).
+BEFORE = {"default": {"batch_tokens": 6144}, "test": {}}
+
+
+def step_seconds_here(variant: str, rounds: int) -> dict[str, float]:
+    """Median seconds per training step here, the settings before and now alternating (child side)."""
+    settings = VARIANTS[variant]
+    before = dataclasses.replace(settings.train, **BEFORE[variant])
+    torch.set_num_threads(cpu_threads())
+    model = stand_in_model(settings.model, settings.vocab_size)
+    times: dict[str, list[float]] = {"settings_before": [], "settings_now": []}
+    for _ in range(rounds):
+        times["settings_before"].append(measure_step_seconds(model, before, *TYPICAL_EXAMPLE, steps=2))
+        times["settings_now"].append(measure_step_seconds(model, settings.train, *TYPICAL_EXAMPLE, steps=2))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def step_timing(variant: str, rounds: int) -> dict[str, object]:
+    """Seconds per training step: {settings before, now} x {OpenMP spin before, now}, alternating child
+    processes (libgomp reads its settings at start); also the build minutes each implies."""
+    plain = {k: v for k, v in os.environ.items() if k not in BUILD_ENV}
+    envs = {"omp_before": plain, "omp_now": {**plain, **BUILD_ENV}}
+    runs: dict[str, list[float]] = {}
+    for r in range(rounds):
+        for omp, env in envs.items():
+            out = subprocess.run([sys.executable, __file__, "--variant", variant, "--step-timing-child", "2"], env=env,
+                                 stdout=subprocess.PIPE, text=True, check=True).stdout.strip().splitlines()[-1]
+            for setting, seconds in json.loads(out).items():
+                runs.setdefault(f"{setting}+{omp}", []).append(seconds)
+            log(f"step timing round {r + 1}/{rounds} {omp}: {out}")
+    s_step = {k: round(statistics.median(v), 3) for k, v in runs.items()}
+    old = s_step["settings_before+omp_before"]
+    return {
+        "s_per_step": s_step,
+        "ratio_vs_before": {k: round(v / old, 3) for k, v in s_step.items()},
+        "threads": cpu_threads(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "example_tokens": TYPICAL_EXAMPLE[0],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", default="default", choices=["default", "test"])
@@ -166,13 +221,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-seed", type=int, default=1234)
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "tiny.yaml",
                         help="the run whose sampling settings to use")
+    parser.add_argument("--cache-dir", type=Path, help="with --fresh: build into (and keep) this cache root, "
+                        "which must not hold the model yet")
+    parser.add_argument("--step-timing", action="store_true", help="only time training steps (module docstring)")
+    parser.add_argument("--step-timing-rounds", type=int, default=3)
+    parser.add_argument("--step-timing-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.step_timing_child:
+        print(json.dumps(step_seconds_here(args.variant, args.step_timing_child)))
+        return 0
+    if args.step_timing:
+        print(json.dumps({"variant": args.variant, **step_timing(args.variant, args.step_timing_rounds)}))
+        return 0
+    if args.cache_dir is not None and not args.fresh:
+        parser.error("--cache-dir needs --fresh")
     s = Sampling.of_run(args.config)
     load_before = os.getloadavg()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-tiny-coder-"))
     try:
-        cache_dir = tmp / "cache" if args.fresh else None
+        cache_dir = (args.cache_dir or tmp / "cache") if args.fresh else None
+        if args.fresh and (model_dir(args.variant, args.seed, cache_dir) / MANIFEST).is_file():
+            parser.error(f"--fresh: {cache_dir} already holds the model; give an empty --cache-dir")
         cached = (model_dir(args.variant, args.seed, cache_dir) / MANIFEST).is_file()
         t0 = time.perf_counter()
         path = ensure_model(args.variant, args.seed, cache_dir=cache_dir)
@@ -215,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         "build_minutes": round(build_minutes, 2),
         "build_measured_now": built_here,
         "build_threads": manifest.get("threads"),
+        "s_per_step": manifest.get("s_per_step"),
+        "estimated_build_minutes": None if manifest.get("estimated_build_s") is None else round(manifest["estimated_build_s"] / 60, 2),
+        "build_timings_s": manifest.get("timings"),
         "per_family": trained.per_family(),
         "random_init": {
             "valid_rate": round(baseline.valid_rate(), 3),

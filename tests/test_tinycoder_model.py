@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
 
-from tinycoder import ensure_model, model_dir
+from tinycoder import BUILD_ENV, ensure_model, model_dir
 from tinycoder.build import make_examples, variant_settings
 from tinycoder.cache import MANIFEST
 from tinycoder.corpus import CorpusSettings, build_corpus
@@ -111,3 +111,5 @@ def test_two_builds_with_one_seed_give_identical_weights(tiny_test_model, tmp_pa
     )
     assert (tiny_test_model / "tokenizer.json").read_text() == (again / "tokenizer.json").read_text()
     assert (tiny_test_model / "tasks.jsonl").read_text() == (again / "tasks.jsonl").read_text()
+    openmp = json.loads((again / MANIFEST).read_text())["openmp_env"]  # built in ensure_model's child process
+    assert {k: openmp[k] for k in BUILD_ENV} == BUILD_ENV

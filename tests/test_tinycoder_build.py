@@ -1,0 +1,69 @@
+"""The build's time estimate and its child process: a measured s/step, one announcement, clear failures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tinycoder import ensure_model
+from tinycoder.build import VARIANTS, BuildSettings, build_model, describe
+from tinycoder.cache import MANIFEST, cache_key
+from tinycoder.corpus import CorpusSettings
+from tinycoder.model import ModelShape, stand_in_model
+from tinycoder.train import TrainSettings, measure_step_seconds
+
+MICRO = BuildSettings(
+    corpus=CorpusSettings(programs=40, inputs_per_program=5, min_inputs=4),
+    vocab_size=400,
+    model=ModelShape(hidden=64, layers=1, kv_heads=1, intermediate=128),
+    train=TrainSettings(steps=4, batch_tokens=1024, lr=3e-3, warmup=1),
+    seed_tasks=4,
+)
+
+
+def test_measure_step_seconds_times_real_steps_and_rejects_bad_lengths():
+    model = stand_in_model(MICRO.model, MICRO.vocab_size)
+    before = [p.detach().clone() for p in model.parameters()]
+    seconds = measure_step_seconds(model, MICRO.train, 120, 40, steps=2)
+    assert 0 < seconds < 60
+    assert any((p != b).any() for p, b in zip(model.parameters(), before))  # it really stepped the optimizer
+    with pytest.raises(ValueError, match="completion_len"):
+        measure_step_seconds(model, MICRO.train, 40, 40)
+    with pytest.raises(ValueError, match="max_len"):
+        measure_step_seconds(model, MICRO.train, MICRO.train.max_len + 1, 40)
+
+
+def test_build_announces_once_with_an_estimate_from_measured_steps(tmp_path, capfd):
+    manifest = build_model(MICRO, 0, tmp_path / "m", progress=True, announce="building the tiny 'micro' model")
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "building the tiny 'micro' model" in line]
+    assert len(lines) == 1, err
+    assert "s/step measured just now" in lines[0] and f"{MICRO.train.steps} training steps" in lines[0]
+    assert manifest["estimated_build_s"] > 0 and manifest["s_per_step"] > 0
+    assert manifest["s_per_step"] == pytest.approx(manifest["timings"]["train_s"] / MICRO.train.steps, abs=0.05)  # train_s is rounded to 0.1 s
+    assert json.loads((tmp_path / "m" / MANIFEST).read_text())["s_per_step"] == manifest["s_per_step"]
+
+
+def test_build_without_progress_prints_no_announcement(tmp_path, capfd):
+    manifest = build_model(MICRO, 0, tmp_path / "m", progress=False, announce="building the tiny 'micro' model")
+    assert "building the tiny" not in capfd.readouterr().err
+    assert manifest["estimated_build_s"] is None
+
+
+def test_a_failed_child_build_is_a_clear_error(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(RuntimeError, match=r"(?s)building the tiny-coder 'test' model failed \(exit 1\).*(NotADirectory|FileExists)"):
+        ensure_model("test", cache_dir=not_a_dir, progress=False)
+
+
+def test_default_variant_key_changed_with_its_training_settings():
+    """The default model from before issue 24 (batches of 6144 tokens) is never reused for today's settings."""
+    from dataclasses import replace
+
+    default = VARIANTS["default"]
+    before = replace(default, train=replace(default.train, batch_tokens=6144))
+    assert default.train.batch_tokens != 6144
+    assert cache_key(describe(default, 0)) != cache_key(describe(before, 0))
+
