@@ -91,20 +91,30 @@ def build_adapters(model_dir: Path, out_dir: Path, count: int) -> list[Path]:
     return [save_adapter(mlm, slot, out_dir / f"a{slot}") for slot in range(count)]
 
 
-def workload(kind: str, max_tokens: int) -> list[GenerationRequest]:
+def prompts(tokenizer, prompt_tokens: int) -> list[str]:
+    """``PROMPTS``, each after a shared block of ``prompt_tokens`` tokens of code (the loop's prompts are few-shot
+    examples of 300-800 tokens; 0: the short prompts alone)."""
+    if prompt_tokens <= 0:
+        return PROMPTS
+    ids = tokenizer(inspect.getsource(statistics), add_special_tokens=False)["input_ids"][:prompt_tokens]
+    return [tokenizer.decode(ids) + "\n" + p for p in PROMPTS]
+
+
+def workload(kind: str, max_tokens: int, texts: list[str]) -> list[GenerationRequest]:
     requests = []
-    for i in range(ADAPTERS * len(PROMPTS)):
+    for i in range(ADAPTERS * len(texts)):
         adapter = {"mixed8": f"a{i % ADAPTERS}", "single": "a0", "base": None}[kind]
-        requests.append(GenerationRequest(adapter, PROMPTS[i // ADAPTERS], temperature=1.0, max_tokens=max_tokens,
+        requests.append(GenerationRequest(adapter, texts[i // ADAPTERS], temperature=1.0, max_tokens=max_tokens,
                                           seed=1000 + i))
     return requests
 
 
-def measure(engine, adapters: list[Path], repeats: int, swaps: int, max_tokens: int) -> dict:
+def measure(engine, adapters: list[Path], repeats: int, swaps: int, max_tokens: int, prompt_tokens: int = 0) -> dict:
     for slot, path in enumerate(adapters):
         engine.load_adapter(f"a{slot}", path, version=0)
     kinds = ("mixed8", "single", "base")
-    batches = {k: workload(k, max_tokens) for k in kinds}
+    texts = prompts(engine.tokenizer, prompt_tokens)
+    batches = {k: workload(k, max_tokens, texts) for k in kinds}
     for kind in kinds:  # warm-up (vLLM's first batch is slow; caches, allocator)
         engine.generate(batches[kind][:8])
     seconds: dict[str, list[float]] = {k: [] for k in kinds}
@@ -142,6 +152,10 @@ def main() -> None:
     parser.add_argument("--swaps", type=int, default=10)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the transformers backend")
+    parser.add_argument("--prompt-tokens", type=int, default=0,
+                        help="prefix each prompt with this many tokens of code (the loop's prompts: 300-800)")
+    parser.add_argument("--vllm-args", type=json.loads, default={},
+                        help='extra vllm.LLM arguments as JSON, e.g. \'{"enable_prefix_caching": false}\'')
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 repeat, 2 swaps, 8 tokens")
     args = parser.parse_args()
     if args.quick:
@@ -160,15 +174,16 @@ def main() -> None:
         for strategy in ("grouped", "bmm"):
             log(f"backend hf, kernel {strategy}")
             engine = make_engine("hf", model_dir, max_adapters=ADAPTERS, max_lora_rank=RANK, strategy=strategy)
-            results[f"hf_{strategy}"] = measure(engine, adapters, args.repeats, args.swaps, args.max_tokens)
+            results[f"hf_{strategy}"] = measure(engine, adapters, args.repeats, args.swaps, args.max_tokens,
+                                                   args.prompt_tokens)
             engine.close()
     if "vllm" in wanted:
         ok, why = vllm_available()
         if ok:
             log(f"backend vllm ({why})")
             engine = make_engine("vllm", model_dir, max_adapters=ADAPTERS, max_lora_rank=RANK,
-                                 engine_args={"max_num_seqs": 64})
-            results["vllm"] = measure(engine, adapters, args.repeats, args.swaps, args.max_tokens)
+                                 engine_args={"max_num_seqs": 64, **args.vllm_args})
+            results["vllm"] = measure(engine, adapters, args.repeats, args.swaps, args.max_tokens, args.prompt_tokens)
             engine.close()
         else:
             results["vllm"] = {"skipped": why}
@@ -178,6 +193,7 @@ def main() -> None:
         "hot_swap_ms": default.get("hot_swap_ms"),
         "goal_mixed_vs_single": 0.85,
         "workload": {"requests": 64, "adapters": ADAPTERS, "max_tokens": args.max_tokens, "rank": RANK,
+                     "prompt_tokens": args.prompt_tokens, "vllm_args": args.vllm_args,
                      "model": str(args.model or "random tiny Qwen2 (tinycoder shape)"), "threads": args.threads},
         "backends": results,
     }
