@@ -30,7 +30,9 @@ from evolution.thin_svd import (
     GramRoot,
     OneSidedSVD,
     block_gram,
+    check_finite,
     factored_svds,
+    on_threads,
     one_sided_svds,
     roots_of_grams,
     tall_inner,
@@ -459,7 +461,7 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
     for pair in pairs:
         ones = torch.ones(pair[1].shape[0], dtype=torch.float64)
         middles.append(torch.cat([weight * ones, (1 - weight) * ones]))
-    return _rank_r_merge(a, pairs, middles, "blend_svd", weight)
+    return _rank_r_merge(a, pairs, middles.__getitem__, "blend_svd", weight)
 
 
 def extrapolate(a: Adapter, b: Adapter, strength: float = 1.0, generator: torch.Generator | None = None) -> Child:
@@ -477,7 +479,7 @@ def extrapolate(a: Adapter, b: Adapter, strength: float = 1.0, generator: torch.
     for pair in pairs:
         ones = torch.ones(pair[1].shape[0], dtype=torch.float64)
         middles.append(torch.cat([(1 + eta) * ones, -eta * ones]))
-    return _rank_r_merge(a, pairs, middles, "extrapolate", eta)
+    return _rank_r_merge(a, pairs, middles.__getitem__, "extrapolate", eta)
 
 
 def dare(
@@ -508,8 +510,8 @@ def dare(
         for w in (weight, 1 - weight):
             keep = torch.rand(rank, generator=generator, device=where, dtype=torch.float64) >= strength
             coefs.append((w * scale) * keep.double())
-    middles, grams, roots = _component_cores(pairs, coefs)
-    return _rank_r_merge(a, pairs, middles, "dare", strength, grams, roots)
+    root_middles, middle_of, grams, roots = _component_cores(pairs, coefs)
+    return _rank_r_merge(a, pairs, middle_of, "dare", strength, grams, roots, root_middles)
 
 
 def splice_svd(a: Adapter, b: Adapter, strength: float = 0.5, generator: torch.Generator | None = None) -> Child:
@@ -529,8 +531,8 @@ def splice_svd(a: Adapter, b: Adapter, strength: float = 0.5, generator: torch.G
         rank = pair[1].shape[0]
         from_a = (torch.arange(rank) < rank - round(strength * rank)).double()
         coefs += [from_a, 1 - from_a]
-    middles, grams, roots = _component_cores(pairs, coefs)
-    return _rank_r_merge(a, pairs, middles, "splice_svd", strength, grams, roots)
+    root_middles, middle_of, grams, roots = _component_cores(pairs, coefs)
+    return _rank_r_merge(a, pairs, middle_of, "splice_svd", strength, grams, roots, root_middles)
 
 
 def _pairs(a: Adapter, b: Adapter) -> list[tuple[Slot, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -541,45 +543,59 @@ def _pairs(a: Adapter, b: Adapter) -> list[tuple[Slot, torch.Tensor, torch.Tenso
     ]
 
 
-def _component_cores(pairs: list, coefs: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
-    """Each slot's merge middle blockdiag(C_a, C_b) reweighting the parents' singular components, and the
-    merge's block Grams.
+def _component_cores(
+    pairs: list, coefs: list[torch.Tensor]
+) -> tuple[list[torch.Tensor], Callable[[int], torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]], list[GramRoot]]:
+    """Each slot's merge reweighting the parents' singular components, in the merge's root coordinates.
 
     Parent p (``coefs``: per slot a's then b's, r weights c_p each, ranked by sigma descending) in the
     one-sided form of ``one_sided_svds``: B_p = Q_p R_p (Gram root), K_p = R_p G_{A_p} R_p^T = U_p Lambda_p U_p^T,
     so u_pj = Q_p U_p e_j, sigma_pj v_pj^T = e_j^T U_p^T R_p A_p and
 
-        sum_j c_pj sigma_pj u_pj v_pj^T = B_p C_p A_p,   C_p = R_p^+ U_p diag(c_p) U_p^T R_p   (r x r).
+        sum_j c_pj sigma_pj u_pj v_pj^T = B_p C_p A_p,   C_p = F_p diag(c_p) P_p,   F_p = R_p^+ U_p,  P_p = U_p^T R_p.
 
-    No root of A_p and no SVD: one r x r eigh per parent. The Grams of [B_a, B_b] and [A_a^T, A_b^T] (what
-    the merge's ``one_sided_svds`` needs anyway) are formed once; each parent's come from their diagonal
-    blocks, so the parents cost only r x r work on top of the merge.
+    The merge is [B_a, B_b] blockdiag(C_a, C_b) [A_a; A_b] = Q T [A_a; A_b] with R the root of [B_a, B_b] and
+    T = R blockdiag(C_a, C_b) = [(R_{:,a} F_a) diag(c_a) P_a, (R_{:,b} F_b) diag(c_b) P_b] (R_{:,p}: p's r columns
+    of R), formed from r-wide products (a dense 2r x 2r middle would cost a 2r x 2r product more and its
+    block structure would be multiplied out as zeros). No root of A_p and no SVD: one r x r eigh per parent,
+    all parents of one rank in one batch.
+    The Grams of [B_a, B_b] and [A_a^T, A_b^T] (what the merge needs anyway) are formed once; each parent's
+    come from their diagonal blocks, so the parents cost only r x r work on top of the merge.
+
+    Returns T per slot (``one_sided_svds(root_middles=)``), the middle blockdiag(C_a, C_b) of slot i on demand
+    (for the two-sided route of rank-deficient slots), the block Grams and the merge roots.
     """
     grams = [(block_gram([b_a, b_b], torch.float32), block_gram([a_a.mT, a_b.mT], torch.float32)) for _, a_a, b_a, a_b, b_b in pairs]
     merge_roots = _merge_roots(pairs, grams)
-    products, parent_grams = [], []
-    for (_, a_a, b_a, a_b, b_b), (gram_b, gram_a) in zip(pairs, grams):
-        rank = a_a.shape[0]
-        ones = torch.ones(rank, dtype=torch.float64, device=gram_b.device)
-        for part, a, b in ((slice(0, rank), a_a, b_a), (slice(rank, 2 * rank), a_b, b_b)):
-            products.append(([b], [a.mT], ones))
-            parent_grams.append((gram_b[part, part], gram_a[part, part]))
     parent_roots = _parent_roots(pairs, grams, merge_roots)
-    svds = one_sided_svds(products, [b[0].shape[1] for b, _, _ in products], parent_grams, parent_roots)
-    cores: list[torch.Tensor | None] = [None] * len(products)
+    root_middles: list[torch.Tensor | None] = [None] * len(pairs)
+    parts: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(pairs)
     groups: dict[tuple, list[int]] = {}
-    for i, svd in enumerate(svds):
-        groups.setdefault((tuple(svd.h.shape), svd.h.device), []).append(i)
-    for indices in groups.values():
-        basis = torch.stack([svds[i].basis for i in indices])
-        root = torch.stack([svds[i].x_root.root for i in indices])
-        pinv = torch.stack([svds[i].x_root.pinv for i in indices])
-        c = torch.stack([coefs[i].to(root) for i in indices])
-        core = (pinv @ (basis * c[:, None, :])) @ (basis.mT @ root)
+    for i, (gram_b, _) in enumerate(grams):
+        groups.setdefault((gram_b.shape[0] // 2, gram_b.device), []).append(i)
+    for (rank, _), indices in groups.items():
+        sides = [(i, side) for i in indices for side in (slice(0, rank), slice(rank, 2 * rank))]  # a0, b0, a1, b1, ...
+        root = torch.stack([parent_roots[2 * i + (side.start > 0)].root for i, side in sides])
+        pinv = torch.stack([parent_roots[2 * i + (side.start > 0)].pinv for i, side in sides])
+        gram_a = torch.stack([grams[i][1][side, side] for i, side in sides])
+        check_finite(gram_a)
+        _, vec = on_threads(torch.linalg.eigh, root @ (gram_a @ root.mT))  # eigh reads one triangle
+        basis = vec.flip(-1)  # sigma descending, as the coefs are ranked
+        weighted = torch.stack([coefs[2 * i + (side.start > 0)].to(basis) for i, side in sides])[:, :, None] * (basis.mT @ root)
+        from_root = pinv @ basis  # F_p
+        merge_root = torch.stack([merge_roots[i].root for i in indices])
+        columns = merge_root.view(len(indices), 2 * rank, 2, rank).transpose(1, 2).reshape(2 * len(indices), 2 * rank, rank)
+        blocks = (columns @ from_root) @ weighted  # R_{:,p} C_p, (2 slots) x 2r x r
+        t = blocks.view(len(indices), 2, 2 * rank, rank).transpose(1, 2).reshape(len(indices), 2 * rank, 2 * rank)
         for pos, i in enumerate(indices):
-            cores[i] = core[pos]
-    middles = [torch.block_diag(c_a, c_b) for c_a, c_b in zip(cores[0::2], cores[1::2])]
-    return middles, grams, merge_roots
+            root_middles[i] = t[pos]
+            parts[i] = (from_root[2 * pos : 2 * pos + 2], weighted[2 * pos : 2 * pos + 2])
+
+    def middle_of(i: int) -> torch.Tensor:
+        from_root, weighted = parts[i]  # type: ignore[misc]
+        return torch.block_diag(*(from_root @ weighted).unbind())
+
+    return root_middles, middle_of, grams, merge_roots  # type: ignore[return-value]
 
 
 def _merge_roots(pairs: list, grams: list[tuple[torch.Tensor, torch.Tensor]]) -> list[GramRoot]:
@@ -631,24 +647,27 @@ def _halves(pair: tuple) -> tuple[slice, slice]:
 
 
 def _rank_r_merge(
-    parent: Adapter, pairs: list, middles: list[torch.Tensor], name: str, strength: float,
+    parent: Adapter, pairs: list, middle_of: Callable[[int], torch.Tensor], name: str, strength: float,
     grams: list[tuple[torch.Tensor, torch.Tensor]] | None = None, roots: list[GramRoot] | None = None,
+    root_middles: list[torch.Tensor] | None = None,
 ) -> Child:
-    """Top-r SVD of each slot's [B_a, B_b] D [A_a; A_b] (D: ``middles``, a 2r vector or a 2r x 2r matrix) as
-    balanced factors, with ``truncation_error`` and the relative change to each parent (see ``blend_svd``).
-    ``grams``: the block Grams of [B_a, B_b] and [A_a^T, A_b^T] if the caller has them; ``roots``: with them,
-    the ``GramRoot`` of each [B_a, B_b]."""
+    """Top-r SVD of each slot's [B_a, B_b] D [A_a; A_b] (D = ``middle_of(i)`` for slot i: a 2r vector or a 2r x 2r
+    matrix) as balanced factors, with ``truncation_error`` and the relative change to each parent (see
+    ``blend_svd``). ``grams``: the block Grams of [B_a, B_b] and [A_a^T, A_b^T] if the caller has them;
+    ``roots``: with them, the ``GramRoot`` of each [B_a, B_b]; ``root_middles``: with both, R D per slot (R that
+    root), and D is then asked for only by slots that take the two-sided route."""
     factors: dict[str, torch.Tensor] = {}
     report: dict[str, SlotReport] = {}
     with torch.no_grad():
-        products = [([b_a, b_b], [a_a.mT, a_b.mT], middle) for (_, a_a, b_a, a_b, b_b), middle in zip(pairs, middles)]
-        svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs], grams, roots)
+        products = [([b_a, b_b], [a_a.mT, a_b.mT], None if root_middles is not None else middle_of(i))
+                    for i, (_, a_a, b_a, a_b, b_b) in enumerate(pairs)]
+        svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs], grams, roots, root_middles)  # type: ignore[arg-type]
         two_sided, by_rank = [], {}
-        for pair, product, svd in zip(pairs, products, svds):
+        for i, (pair, product, svd) in enumerate(zip(pairs, products, svds)):
             slot, rank = pair[0], pair[1].shape[0]
             sigma = svd.sigma[:rank]
             if not float(sigma[-1]) > NULL_SIGMA * float(sigma[0]):
-                two_sided.append((pair, product))
+                two_sided.append((pair, (product[0], product[1], middle_of(i))))
                 continue
             _write_blend(factors, pair, svd.out_coef, svd.in_coef)
             by_rank.setdefault((rank, svd.sigma.device), []).append((slot.name, svd))

@@ -145,7 +145,7 @@ def _group_by_shape(mats: Sequence[torch.Tensor]) -> dict[tuple, list[int]]:
     return groups
 
 
-def _check_finite(grams: torch.Tensor) -> None:
+def check_finite(grams: torch.Tensor) -> None:
     """Raise ValueError if a Gram holds NaN or Inf (one sum: NaN and Inf propagate, float64 cannot overflow here)."""
     if not bool(torch.isfinite(grams.sum())):
         raise ValueError("LoRA factor holds NaN or Inf values")
@@ -211,7 +211,7 @@ def roots_of_grams(
     roots: list[GramRoot | None] = [None] * len(grams)
     for indices in _group_by_shape(grams).values():
         stacked = torch.stack([grams[i] for i in indices])
-        _check_finite(stacked)
+        check_finite(stacked)
         chol, info = torch.linalg.cholesky_ex(stacked)
         fast = info == 0
         root = chol.mT.clone()
@@ -306,7 +306,7 @@ class OneSidedSVD:
 
     The balanced factors of the top-k product come as float32 coefficients: X @ ``out_coef`` (m x k) =
     U diag(sqrt(sigma)) and ``in_coef`` (k x m) @ Y^T = diag(sqrt(sigma)) V^T (zero rows where sigma = 0).
-    ``sigma`` holds all m values (kept first), ``basis`` the kept U_m, ``h`` = G_y D R_x^T (K = R_x D h), so
+    ``sigma`` holds all m values (kept first), ``basis`` the kept U_m, ``h`` = G_y (R_x D)^T (K = R_x D h), so
     inner products with other products in the same spans stay r-sized (see ``blend_svd``).
     """
 
@@ -324,11 +324,14 @@ def one_sided_svds(
     keep: Sequence[int],
     grams: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
     x_roots: Sequence[GramRoot] | None = None,
+    root_middles: Sequence[torch.Tensor] | None = None,
 ) -> list[OneSidedSVD]:
     """Top-``keep[i]`` SVD of each [out_blocks] D [in_blocks]^T by one eigendecomposition of K.
 
-    D is diag(weights) for a weight vector, or the m x m matrix given (then K = R_x D G_y D^T R_x^T and
-    ``h`` = G_y D^T R_x^T, so K = R_x D h as for a diagonal D).
+    D is diag(weights) for a weight vector, or the m x m matrix given. In both cases T = R_x D is formed
+    first and K = T G_y T^T with ``h`` = G_y T^T (so K = T h): two m x m products for any D. ``root_middles``:
+    T itself for each product when the caller has it from structure (e.g. ``operators._component_cores``);
+    the products' D is then not read.
 
     Against ``factored_svds`` it skips the root of Y (Cholesky, kappa check, inverse) and swaps the m x m SVD
     for a symmetric eigendecomposition (about half the time). The price is precision in the smallest kept
@@ -350,15 +353,18 @@ def one_sided_svds(
     result: list[OneSidedSVD | None] = [None] * len(products)
     groups: dict[tuple, list[int]] = {}
     for i, gram in enumerate(grams_y):
-        groups.setdefault((tuple(gram.shape), gram.device, keep[i], products[i][2].dim()), []).append(i)
+        middle_dim = -1 if root_middles is not None else products[i][2].dim()
+        groups.setdefault((tuple(gram.shape), gram.device, keep[i], middle_dim), []).append(i)
     for (_, _, kept, _), indices in groups.items():
         gram_y = torch.stack([grams_y[i] for i in indices])
-        _check_finite(gram_y)
-        weights = torch.stack([products[i][2].to(gram_y) for i in indices])
-        root = torch.stack([x_roots[i].root for i in indices])
+        check_finite(gram_y)
         pinv = torch.stack([x_roots[i].pinv for i in indices])
-        root_d = _times_middle(root, weights)
-        h = _times_middle(gram_y, weights.mT if weights.dim() == 3 else weights) @ root.mT
+        if root_middles is not None:
+            root_d = torch.stack([root_middles[i].to(gram_y) for i in indices])
+        else:
+            root = torch.stack([x_roots[i].root for i in indices])
+            root_d = _times_middle(root, torch.stack([products[i][2].to(gram_y) for i in indices]))
+        h = gram_y @ root_d.mT
         core = root_d @ h
         lam, vec = on_threads(torch.linalg.eigh, core)  # eigh reads one triangle: no symmetrising pass needed
         sigma = lam.flip(-1).clamp_min(0).sqrt()
