@@ -174,7 +174,7 @@ def _kappa_squared(gram: torch.Tensor, inverse_root: torch.Tensor, iterations: i
 
 def _eigen_roots(grams: torch.Tensor, exact_grams: Sequence[Callable[[], torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
     """(R, R^+) from G = W Lambda W^T (R = Lambda^{1/2} W^T), float64 Grams where float32 is not enough."""
-    lam, vec = torch.linalg.eigh(grams)
+    lam, vec = on_threads(torch.linalg.eigh, grams)
     top = lam[:, -1]
     ill = (top > 0) & (lam[:, 0] * ORTHONORMALITY_TOL < FP32_EPS * top)
     for pos in ill.nonzero().flatten().tolist():
