@@ -9,7 +9,11 @@ updates with the run's student rewards and per-task whitened advantages, the HF 
 verifier for judging.
 
 1. **Parents**: two students trained ``--parent-steps`` steps on tasks from the tiny model's program
-   generator (each its own task stream), from different initial A factors.
+   generator (each its own task stream). By default they are unrelated (different initial A factors, as the
+   league's founding members). ``--shared-steps S`` makes them one lineage, as crossover parents are once
+   the sub-population descends from its strongest members: a common ancestor trains S steps (slot a, its
+   own task stream), parent b starts as its clone with fresh optimizer state (as a child does after a
+   replacement), then each trains ``--parent-steps`` steps on its own stream.
 2. **Children**: every operator in ``evolution.operators`` at its replacement-policy default strength
    (``evolution.replacement.DEFAULT_OPERATORS``); mutations of parent a, crossovers of (a, b).
 3. **Retention** on held-out probe tasks (``bench/learning.py``'s, a seed no training data uses): each
@@ -62,6 +66,7 @@ from verifier.families import judge_answers  # noqa: E402
 from verifier.prompts import student_prompt  # noqa: E402
 
 TRAIN_SEEDS = (515_151, 626_262)  # the parents' task streams: neither the corpus, the seed tasks nor the probes use them
+ANCESTOR_SEED = 848_484  # the common ancestor's stream under --shared-steps
 RECOVERY_SEED = 737_373
 BASE, PARENT_A, PARENT_B = 0, 1, 2
 
@@ -89,7 +94,9 @@ class Bench:
         self.cfg, self.args = cfg, args
         self.temperature, self.max_tokens = cfg.inference.temperature, cfg.inference.max_tokens
         self.n_inputs = cfg.tasks.code_f_inputs
-        self.model_dir = ensure_model(args.variant)
+        self.model_dir = Path(args.model_dir) if args.model_dir else ensure_model(args.variant)
+        if not (self.model_dir / "config.json").is_file():
+            raise SystemExit(f"--model-dir {self.model_dir}: no config.json there")
         self.verifier = Verifier()
         self.names = names
         self.slots = {"base": BASE, "parent_a": PARENT_A, "parent_b": PARENT_B, **{n: 3 + i for i, n in enumerate(names)}}
@@ -175,8 +182,13 @@ class Bench:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--variant", default="default", choices=("default", "test"))
+    parser.add_argument("--model-dir", default="",
+                        help="an already built tiny model directory (e.g. a cached one, to compare with an earlier run); "
+                             "default: the variant's, built if missing")
     parser.add_argument("--parent-steps", type=int, default=8)
     parser.add_argument("--recovery-steps", type=int, default=6)
+    parser.add_argument("--shared-steps", type=int, default=0,
+                        help="steps of a common ancestor before the parents diverge (0: unrelated parents)")
     parser.add_argument("--tasks", type=int, default=6, help="tasks per training step")
     parser.add_argument("--rollouts", type=int, default=4, help="answers per task and adapter in training")
     parser.add_argument("--probes", type=int, default=40, help="held-out probe tasks")
@@ -203,13 +215,24 @@ def main() -> None:
     exclude = {t.program for t in probes}
     streams = [generator_tasks(bench.verifier, args.tasks * args.parent_steps, bench.n_inputs, seed, exclude, oversample=2)
                for seed in TRAIN_SEEDS]
+    ancestor = generator_tasks(bench.verifier, args.tasks * args.shared_steps, bench.n_inputs, ANCESTOR_SEED, exclude,
+                               oversample=2) if args.shared_steps > 0 else []
     recovery = generator_tasks(bench.verifier, args.tasks * (args.recovery_steps + 1), bench.n_inputs, RECOVERY_SEED, exclude,
                                oversample=2)
     log(f"model {bench.model_dir.name}, rank {model_rank}, {len(probes)} probes; parents train {args.parent_steps} steps")
 
     # 1. parents -----------------------------------------------------------------------------------------
-    bench.publish(["parent_a", "parent_b"])
     parent_curve = []
+    if args.shared_steps < 0:
+        parser.error("--shared-steps must be >= 0")
+    bench.publish(["parent_a"])
+    for step in range(args.shared_steps):
+        rewards = bench.rl_step(["parent_a"], [], ancestor[step * args.tasks:(step + 1) * args.tasks], 7_000_000 + 10_000 * step)
+        parent_curve.append({"ancestor": round(rewards["parent_a"], 3)})
+        log(f"ancestor step {step + 1}: reward {parent_curve[-1]['ancestor']} ({time.perf_counter() - started:.0f} s)")
+    if args.shared_steps > 0:
+        bench.learner.replace_adapter(PARENT_B, bench.model.slot_factors(PARENT_A))
+    bench.publish(["parent_a", "parent_b"])
     for step in range(args.parent_steps):
         batch = slice(step * args.tasks, (step + 1) * args.tasks)
         rewards = {}
@@ -240,6 +263,9 @@ def main() -> None:
                  for p in ("parent_a", "parent_b")}
     logp = {(who, p): bench.log_probs(bench.slots[who], sequences[p]) for p in sequences for who in ["base", *sequences, *names]}
     kl_to_base = {p: bench.kl(logp[(p, p)], logp[("base", p)]) for p in sequences}
+    # how far apart the parents are, on the same scale as the children's ratios
+    between = {f"{p}_to_{q}": round(bench.kl(logp[(p, p)], logp[(q, p)]) / kl_to_base[p], 4) if kl_to_base[p] > 0 else None
+               for p, q in (("parent_a", "parent_b"), ("parent_b", "parent_a"))}
 
     # 4. recovery ----------------------------------------------------------------------------------------
     child_rewards: dict[str, list[float]] = {n: [] for n in names}
@@ -282,10 +308,11 @@ def main() -> None:
     bench.verifier.close()
     print(json.dumps({
         "variant": args.variant, "model": bench.model_dir.name, "lora_rank": model_rank,
-        "parent_steps": args.parent_steps, "recovery_steps_max": args.recovery_steps, "tasks_per_step": args.tasks,
+        "parent_steps": args.parent_steps, "shared_steps": args.shared_steps, "recovery_steps_max": args.recovery_steps, "tasks_per_step": args.tasks,
         "rollouts": args.rollouts, "probe_tasks": len(probes), "samples_per_probe": args.samples,
         "temperature": bench.temperature,
         "parent_kl_to_base": {k: round(v, 5) for k, v in kl_to_base.items()},
+        "parents_kl_over_parent_to_base": between,
         "rates": {k: rates[k] for k in ("base", "parent_a", "parent_b")},
         "parent_training_rewards": parent_curve,
         "operators": result_ops,
