@@ -229,7 +229,7 @@ class EvolutionConfig(Section):
 
 
 class InferenceConfig(Section):
-    backend: Literal["auto", "vllm", "hf"] = Field("auto", description="'auto' picks vLLM where it imports and runs, else transformers.")
+    backend: Literal["auto", "vllm", "hf"] = Field("auto", description="'auto': vLLM on GPUs, transformers on CPU (faster there; docs/inference.md).")
     max_tokens: int = Field(256, ge=1, le=65536, description="Most new tokens per generation.")
     temperature: float = Field(
         1.0, ge=0, le=10,
