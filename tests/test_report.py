@@ -20,6 +20,7 @@ import pytest
 
 from actors.report import write_report
 from short_runs import ROOT, SHORT, launch_env
+from student_t import t975_by_integration
 
 FIGURES = ["compare.png", "complexity.png", "coverage.png", "lineage.png", "rates.png", "ratings.png"]
 COUNTED_BY = {"program_ast_depth": "valid_tasks", "program_cyclomatic": "valid_tasks", "program_loc": "valid_tasks",
@@ -31,15 +32,6 @@ LABEL_KEYS = {"valid proposals (rate)": "valid_rate", "teacher reward": "teacher
               "distinct program structures (cumulative)": "distinct_structures",
               "new program structures per step": "new_structures"}
 CUMULATIVE = {"coverage", "distinct_structures"}
-
-
-def t975(df: int) -> float:
-    """Student's t 97.5 % quantile by the trapezoid rule on its density (independent of the report's series)."""
-    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-    grid = np.linspace(0.0, 40.0, 400_001)
-    density = np.exp(log_c - (df + 1) / 2 * np.log1p(grid**2 / df))
-    cumulative = np.concatenate(([0.0], np.cumsum((density[1:] + density[:-1]) / 2 * np.diff(grid))))
-    return float(np.interp(0.475, cumulative, grid))
 
 
 def read_rows(run_dir: Path) -> list[dict]:
@@ -65,7 +57,7 @@ def expected(rows: list[dict], key: str) -> dict:
         out["OLS slope / step"] = (n * (x * y).sum() - x.sum() * y.sum()) / (n * (x * x).sum() - x.sum() ** 2)
         if key not in CUMULATIVE:
             _, cov = np.polyfit(x, y, 1, cov=True)
-            ci = t975(n - 2) * math.sqrt(cov[0, 0])
+            ci = t975_by_integration(n - 2) * math.sqrt(cov[0, 0])
             out["95% CI +-"] = ci
             slope = out["OLS slope / step"]
             out["trend"] = "rises" if slope - ci > 0 else "falls" if slope + ci < 0 else "flat"
