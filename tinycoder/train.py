@@ -135,19 +135,37 @@ def measure_step_seconds(
     attn = torch.ones_like(ids)
     target = torch.zeros((rows, example_len - 1), dtype=torch.bool)
     target[:, example_len - 1 - completion_len :] = True
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = make_optimizer(model, settings)
     times = []
     for i in range(steps + 1):
         t0 = time.perf_counter()
-        loss = completion_loss(model, ids, attn, target)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        opt.step()
-        loss.item()
+        train_step(model, opt, ids, attn, target, settings.grad_clip)
         if i:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def make_optimizer(model: Qwen2ForCausalLM, settings: TrainSettings) -> torch.optim.AdamW:
+    """AdamW (betas 0.9/0.95) with ``settings.weight_decay`` on the matrices and none on the vectors (norms)."""
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.lr,
+        betas=(0.9, 0.95),
+        eps=1e-8,
+    )
+
+
+def train_step(model: Qwen2ForCausalLM, opt: torch.optim.Optimizer, ids: torch.Tensor, attn: torch.Tensor,
+               target: torch.Tensor, grad_clip: float) -> float:
+    """One optimizer step on the completion loss, gradients clipped to norm ``grad_clip``; returns the loss."""
+    loss = completion_loss(model, ids, attn, target)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    return loss.item()
 
 
 def cpu_threads() -> int:
@@ -173,14 +191,7 @@ def train(
         raise ValueError("no training examples (all longer than max_len?)")
     torch.set_num_threads(threads or cpu_threads())
     rng = random.Random(seed)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=settings.lr,
-        betas=(0.9, 0.95),
-        eps=1e-8,
-    )
+    opt = make_optimizer(model, settings)
     model.train()
     losses: list[float] = []
     queue: list[list[int]] = []
@@ -191,12 +202,7 @@ def train(
         ids, attn, target = collate(data, queue.pop(), pad_id)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, settings)
-        loss = completion_loss(model, ids, attn, target)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        opt.step()
-        losses.append(loss.item())
+        losses.append(train_step(model, opt, ids, attn, target, settings.grad_clip))
         if on_step is not None:
             on_step(step, losses[-1])
         bar.update(1)
