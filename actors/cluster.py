@@ -24,7 +24,7 @@ from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.placement import ActorPlan, PlacementPlan
-from actors.run_dir import LOG_DIR_ENV
+from actors.run_dir import LOG_DIR_ENV, route_output
 
 NAMESPACE = "populora"
 log = logging.getLogger(__name__)
@@ -119,6 +119,12 @@ def actor_env(log_dir: Path | None) -> dict[str, str]:
         return {}
     wanted = {LOG_DIR_ENV: str(Path(log_dir).resolve()), **QUIET_ACTOR_ENV}
     return {key: value for key, value in wanted.items() if key not in os.environ}
+
+
+def route_actor_output(role: str) -> Path | None:
+    """``route_output`` under this actor's name in the plan (``<role>-<pid>`` for an unnamed one); called first in
+    every actor's ``__init__``, so what imports print and the child processes it starts land in its log file."""
+    return route_output(ray.get_runtime_context().get_actor_name() or f"{role}-{os.getpid()}")
 
 
 def connect(num_cpus_needed: float, log_dir: Path | None = None, forward_output: bool | None = None) -> Connection:

@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 class InferenceActor:
     def __init__(self, backend: str, model_path: str, max_adapters: int, max_lora_rank: int, dtype: str,
                  max_model_len: int, engine_args: dict[str, Any], seed: int, target_modules: tuple[str, ...]):
-        from actors.run_dir import route_output
+        from actors.cluster import route_actor_output
 
-        route_output(ray.get_runtime_context().get_actor_name() or f"inference-{os.getpid()}")  # engine processes inherit it
+        route_actor_output("inference")  # engine processes inherit it
         import torch
 
         from actors.engines import make_engine

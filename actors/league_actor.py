@@ -18,9 +18,9 @@ LEAGUE_ROLE = {"teacher": "teacher", "student": "student", "agent": "both"}
 @ray.remote(max_restarts=0)  # stateful: the driver recovers it from a checkpoint (actors.driver)
 class LeagueActor:
     def __init__(self, config: dict[str, Any], members: list[tuple[str, str]], seed_file: str | None):
-        from actors.run_dir import route_output
+        from actors.cluster import route_actor_output
 
-        route_output(ray.get_runtime_context().get_actor_name() or "league")
+        route_actor_output("league")
         from configs import Config
         from evolution.heap import reuse_freed_blocks
         from evolution.league import League

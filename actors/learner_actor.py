@@ -21,9 +21,9 @@ import ray
 class LearnerActor:
     def __init__(self, model_path: str, members: list[str], lora: dict[str, Any], rl: dict[str, Any],
                  dtype: str, seed: int, cuda_base: dict[str, Any] | None = None, temperature: float = 1.0):
-        from actors.run_dir import route_output
+        from actors.cluster import route_actor_output
 
-        route_output(ray.get_runtime_context().get_actor_name() or f"learner-{os.getpid()}")  # before any import prints
+        route_actor_output("learner")  # before any import prints
         import torch
         from transformers import AutoTokenizer
 

@@ -9,7 +9,6 @@ chunk gives the same answers.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any, Callable, Sequence
 
@@ -37,9 +36,9 @@ class VerifierActor:
         require: Sequence[str] | None = None,
         allow_weak_sandbox: bool = False,
     ):
-        from actors.run_dir import route_output
+        from actors.cluster import route_actor_output
 
-        route_output(ray.get_runtime_context().get_actor_name() or f"verifier-{os.getpid()}")  # the fork server inherits it
+        route_actor_output("verifier")  # the fork server inherits it
         from verifier import Verifier
         from verifier.defences import DEFAULT_REQUIRE
 
