@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from actors.run_dir import RunDirectory  # noqa: E402
+
 GENERATING_PHASES = ("propose", "solve")
 
 
@@ -53,7 +55,7 @@ def run_once(backend: str, steps: int, overrides: list[str], workdir: Path, roun
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{backend} run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = RunDirectory(run_dir).read_metrics()  # step rows only (recovery records skipped)
     step_seconds = [sum(r["phase_seconds"].values()) for r in rows]
     inference = sum(sum(r["phase_seconds"].get(p, 0.0) for p in GENERATING_PHASES) for r in rows)
     log(f"{backend}: {len(rows)} steps in {sum(step_seconds):.1f} s (wall {wall:.1f} s)")
