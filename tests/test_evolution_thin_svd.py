@@ -99,6 +99,12 @@ def test_row_blocked_products_equal_the_plain_ones(rows):
     m, n = torch.randn(16, 5, generator=gen), torch.randn(8, 5, generator=gen)
     assert torch.allclose(tall_inner(x, y), x.mT @ y, rtol=1e-5, atol=1e-3)
     assert torch.allclose(tall_times([(x, m), (y, n)]), x @ m + y @ n, rtol=1e-5, atol=1e-4)
-    # a column-major operand takes the plain product; it must agree with the blocked one on a row-major copy
+    # column-major operands (A^T of a row-major A) are blocked as views; X^T X takes the symmetric route,
+    # also for a second view of the same data and for an odd width
     strided = torch.randn(16, rows, generator=gen).mT
-    assert torch.allclose(tall_inner(strided, x), tall_inner(strided.contiguous(), x), rtol=1e-5, atol=1e-3)
+    assert torch.allclose(tall_inner(strided, x), strided.contiguous().mT @ x, rtol=1e-5, atol=1e-3)
+    for z in (x, strided, y[:, :7]):
+        same_data = z.view(z.shape) if z.is_contiguous() else z.mT.mT
+        expected = z.double().mT @ z.double()
+        for out in (tall_inner(z, z), tall_inner(z, same_data)):
+            assert torch.allclose(out.double(), expected, rtol=1e-5, atol=1e-3)
