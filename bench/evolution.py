@@ -157,7 +157,7 @@ def main() -> None:
         "mask_components": lambda g: operators.mask_components(parent_a, strength=0.25, generator=g),
         "dare": lambda g: operators.dare(parent_a, parent_b, strength=0.1, generator=g),
         "splice_svd": lambda g: operators.splice_svd(parent_a, parent_b, strength=0.5, generator=g),
-        "extrapolate": lambda g: operators.extrapolate(parent_a, parent_b, strength=1.0, generator=g),
+        "extrapolate": lambda g: operators.extrapolate(parent_a, parent_b, strength=1.5, generator=g),
     }
     if args.operators:
         wanted = {"perturb_singular_values", *args.operators.split(",")}

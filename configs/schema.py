@@ -169,7 +169,7 @@ class OperatorConfig(Section):
     strength: float = Field(
         0.1, ge=0, le=10,
         description="Operator strength (docs/evolution.md): noise scale, angle, drop probability (mask_components, dare), "
-                    "blend weight (blend_svd), fraction from parent b (splice_svd), eta (extrapolate).",
+                    "blend weight (blend_svd), fraction from parent b (splice_svd), eta in [1, 2.5] (extrapolate: 1 is the stronger parent, the paper draws from [1, 1.5]).",
     )
 
 
@@ -184,7 +184,7 @@ def _default_operators() -> dict[str, OperatorConfig]:
         "blend_svd": OperatorConfig(weight=1.0, strength=0.5),
         "dare": OperatorConfig(weight=0.5, strength=0.1),
         "splice_svd": OperatorConfig(weight=0.5, strength=0.5),
-        "extrapolate": OperatorConfig(weight=0.5, strength=1.0),
+        "extrapolate": OperatorConfig(weight=0.5, strength=1.5),
     }
 
 

@@ -89,8 +89,11 @@ STRENGTH_RANGE: dict[str, tuple[float, float]] = {
     "mask_components": (0.0, 1.0),
     "dare": (0.0, 0.99),
     "splice_svd": (0.0, 1.0),
-    "extrapolate": (0.0, 1.5),
+    "extrapolate": (1.0, 2.5),
 }
+# the strength at which an operator returns its (first) parent; the replacement policy's retries halve the
+# distance to it
+NEUTRAL_STRENGTH: dict[str, float] = {"extrapolate": 1.0}
 
 
 def check_strength(operator: str, strength: float) -> float:
@@ -342,7 +345,7 @@ def gaussian_noise(parent: Adapter, strength: float = 0.1, generator: torch.Gene
     with torch.no_grad():
         items = _each_slot(parent)
         device = items[0][1].device if items else torch.device("cpu")
-        own = [(tall_inner(b, b), a @ a.mT) for _, a, b in items]
+        own = [(tall_inner(b, b), tall_inner(a.mT, a.mT)) for _, a, b in items]
         stds = []
         for (_, a, b), (gram_b, gram_a) in zip(items, own):
             for gram, factor in ((gram_a, a), (gram_b, b)):
@@ -464,13 +467,15 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
     return _rank_r_merge(a, pairs, middles.__getitem__, "blend_svd", weight)
 
 
-def extrapolate(a: Adapter, b: Adapter, strength: float = 1.0, generator: torch.Generator | None = None) -> Child:
-    """Best rank-r approximation of dW_a + eta (dW_a - dW_b), eta = ``strength`` (the paper's range: [1, 1.5]).
+def extrapolate(a: Adapter, b: Adapter, strength: float = 1.5, generator: torch.Generator | None = None) -> Child:
+    """Best rank-r approximation of dW_b + eta (dW_a - dW_b) = dW_a + (eta - 1)(dW_a - dW_b), eta = ``strength``.
 
-    Extrapolates from parent b past parent a (the replacement policy passes the stronger parent as a):
-    s [B_a, B_b] diag((1 + eta) I, -eta I) [A_a; A_b], rank <= 2r, truncated to r like ``blend_svd`` (same
-    route, same report: ``truncation_error`` = ||sigma_{r+1..2r}|| / ||sigma|| of the extrapolated product,
-    ``relative_change_a``/``_b``). eta = 0 gives parent a; ||child - dW_a|| grows like eta ||dW_a - dW_b||.
+    The paper's extrapolative crossover (X4 of ``reference/azr_populora.md``: worse + eta (better - worse),
+    eta in [1, 1.5]): the point on the line from parent b through parent a, at eta = 1 parent a itself, past
+    it for eta > 1 (the replacement policy passes the stronger parent as a). As a blend,
+    s [B_a, B_b] diag(eta I, (1 - eta) I) [A_a; A_b] has rank <= 2r and is truncated to r like ``blend_svd``
+    (same route, same report: ``truncation_error`` = ||sigma_{r+1..2r}|| / ||sigma|| of the extrapolated
+    product, ``relative_change_a``/``_b``). ||child - dW_a|| ~ (eta - 1) ||dW_a - dW_b||.
     Deterministic: ``generator`` is unused.
     """
     eta = check_strength("extrapolate", strength)
@@ -478,7 +483,7 @@ def extrapolate(a: Adapter, b: Adapter, strength: float = 1.0, generator: torch.
     middles = []
     for pair in pairs:
         ones = torch.ones(pair[1].shape[0], dtype=torch.float64)
-        middles.append(torch.cat([(1 + eta) * ones, -eta * ones]))
+        middles.append(torch.cat([eta * ones, (1 - eta) * ones]))
     return _rank_r_merge(a, pairs, middles.__getitem__, "extrapolate", eta)
 
 

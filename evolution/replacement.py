@@ -13,7 +13,7 @@ Every ``period`` steps, per role ('teacher', 'student'):
 4. **child** = operator(parents, strength). A child whose largest per-slot relative change of Delta W
    exceeds ``max_relative_change`` (or, for blend_svd, whose truncation error exceeds
    ``max_truncation_error``) is rejected and rebuilt with half the strength (blend: the weight moves
-   halfway to the nearer parent), up to ``max_retries`` times; then swap_slots (two parents) or a clone;
+   halfway to the nearer parent; extrapolate: eta halfway back to 1), up to ``max_retries`` times; then swap_slots (two parents) or a clone;
 5. the child takes the victim's place with sigma = ``sigma_reset`` and (``rating_entry='mean_preserving'``,
    the default) mu = the mean of its parents' mu, after which the whole sub-population, child included,
    moves by -(mu_child - mu_victim) / N. Games between a teacher and a student conserve the sum of their
@@ -56,7 +56,7 @@ DEFAULT_OPERATORS: dict[str, dict[str, float]] = {
     "blend_svd": {"weight": 1.0, "strength": 0.5},
     "dare": {"weight": 0.5, "strength": 0.1},
     "splice_svd": {"weight": 0.5, "strength": 0.5},
-    "extrapolate": {"weight": 0.5, "strength": 1.0},
+    "extrapolate": {"weight": 0.5, "strength": 1.5},
 }
 RATING_ENTRIES = ("mean_preserving", "parents")
 UNSHRINKABLE = ("swap_slots", "clone")
@@ -263,7 +263,8 @@ class ReplacementPolicy:
     def _shrink(name: str, strength: float) -> float:
         if name == "blend_svd":  # halfway to the nearer parent (weight 1 is parent a, 0 parent b)
             return 1 - (1 - strength) / 2 if strength >= 0.5 else strength / 2
-        return strength / 2
+        neutral = ops.NEUTRAL_STRENGTH.get(name, 0.0)  # extrapolate: eta halfway back to 1 (parent a)
+        return neutral + (strength - neutral) / 2
 
     # ------------------------------------------------------------------------------------------ commit
 

@@ -113,10 +113,11 @@ def test_layer_noise_draws_different_layers_for_different_seeds(parent):
 # --------------------------------------------------------------------------------------------- crossovers
 
 
-@pytest.mark.parametrize("eta", [1.0, 1.5])
+@pytest.mark.parametrize("eta", [1.25, 1.5, 2.0])
 def test_extrapolate_is_the_best_rank_r_approximation_past_parent_a(parent, other, eta):
     child = operators.extrapolate(parent, other, strength=eta)
-    assert_merge(child, parent, other, lambda s: (1 + eta) * delta(parent, s) - eta * delta(other, s))
+    # the paper's X4: worse + eta (better - worse), parent a the better one
+    assert_merge(child, parent, other, lambda s: delta(other, s) + eta * (delta(parent, s) - delta(other, s)))
     assert child.max_truncation_error > 0.01  # the difference has rank 2r: its tail is real and reported
 
 
@@ -162,13 +163,14 @@ def test_dare_without_drops_is_the_blend(parent, other):
 @pytest.mark.parametrize("name", NEW_CROSSOVERS)
 def test_neutral_strength_gives_parent_a(name, parent, other):
     kwargs = {"weight": 1.0} if name == "dare" else {}
-    child = operators.CROSSOVERS[name](parent, other, strength=0.0, generator=gen(0), **kwargs)
+    neutral = operators.NEUTRAL_STRENGTH.get(name, 0.0)  # extrapolate: eta = 1 is parent a
+    child = operators.CROSSOVERS[name](parent, other, strength=neutral, generator=gen(0), **kwargs)
     for slot in slot_names(parent):
         assert rel(delta(child.state_dict, slot), delta(parent, slot)) < 1e-5
         assert child.report[slot]["relative_change"] < 1e-5
 
 
-@pytest.mark.parametrize("name, strengths", [("splice_svd", (0.25, 0.5, 0.75)), ("extrapolate", (0.2, 0.6, 1.2)), ("dare", (0.1, 0.4, 0.7))])
+@pytest.mark.parametrize("name, strengths", [("splice_svd", (0.25, 0.5, 0.75)), ("extrapolate", (1.2, 1.6, 2.2)), ("dare", (0.1, 0.4, 0.7))])
 def test_crossover_change_from_parent_a_grows_with_strength(name, strengths, parent, other):
     kwargs = {"weight": 1.0} if name == "dare" else {}
     changes = [
@@ -197,7 +199,8 @@ def test_crossovers_of_rank_deficient_parents_stay_trainable():
 
 def test_new_strength_ranges_are_checked(parent, other):
     for call in (
-        lambda: operators.extrapolate(parent, other, strength=2.0),
+        lambda: operators.extrapolate(parent, other, strength=2.6),
+        lambda: operators.extrapolate(parent, other, strength=0.9),
         lambda: operators.splice_svd(parent, other, strength=1.5),
         lambda: operators.dare(parent, other, strength=1.0),
         lambda: operators.mask_components(parent, strength=-0.1),

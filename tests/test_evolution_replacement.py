@@ -118,6 +118,16 @@ def test_blend_with_a_large_truncation_error_moves_toward_the_first_parent():
     assert offspring.child.max_relative_change <= 0.5
 
 
+def test_extrapolation_too_far_moves_eta_back_toward_the_stronger_parent():
+    league = league_with({"a": 10.0, "b": 30.0, "c": 25.0})
+    policy = ReplacementPolicy(operators=ONLY("extrapolate", 2.0), max_relative_change=0.3, max_truncation_error=1.0, seed=7)
+    selection = policy.select(league, "teacher", 10)
+    offspring = policy.make_child(selection, [make_adapter(1), make_adapter(2)], None)
+    etas = [a["strength"] for a in offspring.attempts]
+    assert etas[:2] == [2.0, 1.5] and not offspring.attempts[0]["accepted"]  # halfway back to eta = 1 (parent a)
+    assert offspring.attempts[-1]["operator"] == "extrapolate" and offspring.child.max_relative_change <= 0.3
+
+
 def test_commit_puts_the_child_in_the_victims_place():
     league = league_with({"a": 10.0, "b": 30.0, "c": 20.0})
     policy = ReplacementPolicy(operators=ONLY("swap_slots", 0.0), tournament_size=2, sigma_reset=4.0, seed=8)
@@ -214,7 +224,7 @@ def test_every_configured_operator_is_drawn_by_weight():
     from evolution.operators import OPERATORS
 
     league = league_with({"a": 10.0, "b": 30.0, "c": 20.0, "d": 25.0})
-    table = {name: {"weight": 2.0 if name == "dare" else 1.0, "strength": 0.1} for name in OPERATORS}
+    table = {name: {"weight": 2.0 if name == "dare" else 1.0, "strength": 1.1 if name == "extrapolate" else 0.1} for name in OPERATORS}
     policy = ReplacementPolicy(operators=table, seed=11)
     drawn = Counter(policy.select(league, "teacher", step).operator for step in range(1, 2001))
     assert set(drawn) == set(OPERATORS)
@@ -225,7 +235,7 @@ def test_every_configured_operator_is_drawn_by_weight():
 @pytest.mark.parametrize("name", ["layer_noise", "mask_components", "dare", "splice_svd", "extrapolate"])
 def test_new_operators_make_accepted_children_through_the_policy(name):
     league = league_with({"a": 10.0, "b": 30.0, "c": 20.0})
-    strength = {"layer_noise": 0.1, "mask_components": 0.25, "dare": 0.1, "splice_svd": 0.5, "extrapolate": 1.0}[name]
+    strength = {"layer_noise": 0.1, "mask_components": 0.25, "dare": 0.1, "splice_svd": 0.5, "extrapolate": 1.5}[name]
     policy = ReplacementPolicy(operators=ONLY(name, strength), max_relative_change=10.0, max_truncation_error=1.0, seed=2)
     adapters = {m: make_adapter(i) for i, m in enumerate(["a", "b", "c"])}
     record, child = policy.evolve(league, "teacher", 10, adapters, torch.Generator().manual_seed(0))
