@@ -75,6 +75,11 @@ def log(message: str) -> None:
     print(f"[retention] {message}", file=sys.stderr, flush=True)
 
 
+def significant(x: float) -> float:
+    """Four significant digits (a KL ratio of 3e-5 stays 3e-5, not 0.0)."""
+    return float(f"{x:.4g}")
+
+
 def to_adapter(factors: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """MultiLoRAModel slot factors -> the PEFT-style state dict the operators take."""
     out = {}
@@ -264,7 +269,7 @@ def main() -> None:
     logp = {(who, p): bench.log_probs(bench.slots[who], sequences[p]) for p in sequences for who in ["base", *sequences, *names]}
     kl_to_base = {p: bench.kl(logp[(p, p)], logp[("base", p)]) for p in sequences}
     # how far apart the parents are, on the same scale as the children's ratios
-    between = {f"{p}_to_{q}": round(bench.kl(logp[(p, p)], logp[(q, p)]) / kl_to_base[p], 4) if kl_to_base[p] > 0 else None
+    between = {f"{p}_to_{q}": significant(bench.kl(logp[(p, p)], logp[(q, p)]) / kl_to_base[p]) if kl_to_base[p] > 0 else None
                for p, q in (("parent_a", "parent_b"), ("parent_b", "parent_a"))}
 
     # 4. recovery ----------------------------------------------------------------------------------------
@@ -290,13 +295,14 @@ def main() -> None:
     for name in names:
         crossover = name in operators.CROSSOVERS
         own = ["parent_a", "parent_b"] if crossover else ["parent_a"]
-        ratios = {p: round(bench.kl(logp[(p, p)], logp[(name, p)]) / kl_to_base[p], 4) if kl_to_base[p] > 0 else None
+        ratios = {p: significant(bench.kl(logp[(p, p)], logp[(name, p)]) / kl_to_base[p]) if kl_to_base[p] > 0 else None
                   for p in own}
+        known = [v for v in ratios.values() if v is not None]  # 0.0 is a ratio (a child as close as can be measured)
         target = max(own, key=lambda p: fmean(parent_rewards[p]))
         result_ops[name] = {
             "kind": "crossover" if crossover else "mutation",
             "strength": summaries[name]["strength"],
-            "kl_to_parent_over_parent_to_base": min(v for v in ratios.values() if v is not None) if any(ratios.values()) else None,
+            "kl_to_parent_over_parent_to_base": min(known) if known else None,
             "per_parent": ratios,
             "solve": rates[name]["solve"], "valid": rates[name]["valid"],
             "recovery_steps": recovered_at(child_rewards[name], parent_rewards[target]),
