@@ -15,7 +15,8 @@ verifier for judging.
    own task stream), parent b starts as its clone with fresh optimizer state (as a child does after a
    replacement), then each trains ``--parent-steps`` steps on its own stream.
 2. **Children**: every operator in ``evolution.operators`` at its replacement-policy default strength
-   (``evolution.replacement.DEFAULT_OPERATORS``); mutations of parent a, crossovers of (a, b).
+   (``evolution.replacement.DEFAULT_OPERATORS``; ``--strengths extrapolate=2.0`` sets others); mutations of
+   parent a, crossovers of (a, b).
 3. **Retention** on held-out probe tasks (``bench/learning.py``'s, a seed no training data uses): each
    parent answers every probe once; on those sequences (prompt + the parent's answer) the bench takes the
    tempered next-token distributions softmax(z / T) of the parent, the child and the base at every answer
@@ -108,6 +109,8 @@ class Bench:
         base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
         spec = LoRASpec(rank=cfg.lora.rank, alpha=cfg.lora.alpha, num_slots=len(self.slots))
         self.model = MultiLoRAModel(base, spec, seed=0)
+        for slot in (BASE, PARENT_A, PARENT_B):  # their initial A factors must not depend on how many children follow
+            self.model.reset_slot(slot, seed=slot)
         self.learner = PolicyLearner(self.model, AdapterOptimizers(self.model, lr=args.lr, grad_clip=cfg.rl.grad_clip),
                                      PGConfig(kl_coef=args.kl), UpdateConfig(temperature=self.temperature), pad_token_id=0)
         self.engine = make_engine("hf", self.model_dir, max_adapters=len(self.slots), max_lora_rank=cfg.lora.rank)
@@ -201,6 +204,8 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--kl", type=float, default=0.1, help="KL coefficient to the base in the updates")
     parser.add_argument("--operators", default=",".join(operators.OPERATORS), help="comma-separated operator names")
+    parser.add_argument("--strengths", default="",
+                        help="NAME=VALUE,... strengths instead of the policy's defaults, e.g. extrapolate=2.0")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -210,6 +215,15 @@ def main() -> None:
     unknown = sorted(set(names) - set(operators.OPERATORS))
     if unknown:
         parser.error(f"unknown operators {unknown}")
+    strengths = {name: spec["strength"] for name, spec in DEFAULT_OPERATORS.items()}
+    for item in filter(None, args.strengths.split(",")):
+        name, _, value = item.partition("=")
+        if name not in operators.OPERATORS:
+            parser.error(f"--strengths: unknown operator {name!r}")
+        try:
+            strengths[name] = operators.check_strength(name, value)
+        except ValueError as error:
+            parser.error(f"--strengths: {error}")
     bench = Bench(args, names)
     model_rank = bench.cfg.lora.rank
     # the base slot: Delta W = 0 (B = 0); every other slot starts from its own random A and B = 0
@@ -250,7 +264,7 @@ def main() -> None:
     # 2. children ----------------------------------------------------------------------------------------
     summaries = {}
     for i, name in enumerate(names):
-        strength = DEFAULT_OPERATORS[name]["strength"]
+        strength = strengths[name]
         gen = torch.Generator().manual_seed(1000 + i)
         pair = [parents["parent_a"], parents["parent_b"]] if name in operators.CROSSOVERS else [parents["parent_a"]]
         child = apply_operator(name, strength, pair, gen)
