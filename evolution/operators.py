@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 
 from evolution.adapter_slots import Adapter, Slot, check_same_layout, find_slots
+from evolution.shards import flat, in_pool_thread, in_shards, thread_pool
 from evolution.thin_svd import (
+    FactoredSVD,
     GramRoot,
     OneSidedSVD,
     block_gram,
@@ -202,19 +203,41 @@ def mask_components(
 def _with_singular_values(
     parent: Adapter, name: str, strength: float, new_sigma: Callable[[torch.Tensor], tuple[torch.Tensor, SlotReport]]
 ) -> Child:
-    """Each slot rebuilt as U diag(sigma') V^T (balanced factors), sigma' = ``new_sigma(sigma)`` in slot key order."""
-    factors, report = {}, {}
+    """Each slot rebuilt as U diag(sigma') V^T (balanced factors), sigma' = ``new_sigma(sigma)`` in slot key order.
+
+    The SVDs and the rebuilds run in shards (``evolution.shards``); ``new_sigma`` draws on this thread."""
     with torch.no_grad():
         items = _each_slot(parent)
-        svds = factored_svds([([b], [a.mT], None) for _, a, b in items])
-        for (slot, a, b), svd in zip(items, svds):
-            sigma, extra = new_sigma(svd.sigma)
-            b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], a.shape[0])
-            factors[slot.b_key] = tall_times([(b, _f32(svd.left * b_scale[None, :]))])
-            factors[slot.a_key] = _f32(svd.right * a_scale[None, :]).mT @ a
-            change = _ratio(float(torch.linalg.vector_norm(sigma - svd.sigma)), float(torch.linalg.vector_norm(svd.sigma)))
-            report[slot.name] = {"relative_change": change, **extra}
+        device = _device_of(items)
+        svds = flat(in_shards(lambda part: factored_svds([([b], [a.mT], None) for _, a, b in part]), items, device))
+        sigmas = [new_sigma(svd.sigma) for svd in svds]
+
+        def rebuild(part: list) -> list[tuple[str, dict[str, torch.Tensor], SlotReport]]:
+            out = []
+            for (slot, a, b), svd, (sigma, extra) in part:
+                b_scale, a_scale = _factor_scales(sigma, svd.y_root.block_sq_norms[0], a.shape[0])
+                new_b = tall_times([(b, _f32(svd.left * b_scale[None, :]))])
+                new_a = _f32(svd.right * a_scale[None, :]).mT @ a
+                change = _ratio(float(torch.linalg.vector_norm(sigma - svd.sigma)), float(torch.linalg.vector_norm(svd.sigma)))
+                out.append((slot.name, {slot.a_key: new_a, slot.b_key: new_b}, {"relative_change": change, **extra}))
+            return out
+
+        factors, report = _collect(flat(in_shards(rebuild, list(zip(items, svds, sigmas)), device)))
     return Child(_finish(parent, factors), name, strength, report)
+
+
+def _device_of(items: list) -> torch.device:
+    return items[0][1].device if items else torch.device("cpu")
+
+
+def _collect(rows: list[tuple[str, dict[str, torch.Tensor], SlotReport]]) -> tuple[dict[str, torch.Tensor], dict[str, SlotReport]]:
+    """(factors, report) from per-slot (name, child tensors, report) rows."""
+    factors: dict[str, torch.Tensor] = {}
+    report: dict[str, SlotReport] = {}
+    for name, tensors, slot_report in rows:
+        factors.update(tensors)
+        report[name] = slot_report
+    return factors, report
 
 
 def _outside_span_gram(tall: torch.Tensor, coef: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -239,8 +262,10 @@ def _draw_in_parallel(
             part.normal_(0.0, std, generator=g)
         return out.to(device)
 
-    with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
-        return list(pool.map(draw, shapes, stds, _slot_generators(generator, len(shapes))))
+    streams = _slot_generators(generator, len(shapes))
+    if in_pool_thread():  # already on a pool thread: waiting on the pool could deadlock
+        return [draw(shape, std, g) for shape, std, g in zip(shapes, stds, streams)]
+    return list(thread_pool(max(1, torch.get_num_threads())).map(draw, shapes, stds, streams))
 
 
 def rotate_subspace(
@@ -262,10 +287,10 @@ def rotate_subspace(
         raise ValueError(f"rotate_subspace: side must be 'input', 'output', 'both' or 'random', got {side!r}")
     cos, sin = math.cos(strength), math.sin(strength)
     where = _gen_device(generator)
-    factors, report = {}, {}
     with torch.no_grad():
         items = _each_slot(parent)
-        svds = factored_svds([([b], [a.mT], None) for _, a, b in items])
+        device = _device_of(items)
+        svds = flat(in_shards(lambda part: factored_svds([([b], [a.mT], None) for _, a, b in part]), items, device))
         # phase 1: per slot, the side(s), the moved components and the raw directions W0 outside the span
         plans, directions = [], []
         for (slot, a, b), svd in zip(items, svds):
@@ -287,50 +312,64 @@ def rotate_subspace(
                 slot_dirs["output"] = len(directions)
                 directions.append((b, svd.left, k))
             plans.append((slot_side, sides, k, moved.to(svd.sigma.device), slot_dirs))
-        device = items[0][1].device if items else torch.device("cpu")
         gaussians = _draw_in_parallel([(tall.shape[0], k) for tall, _, k in directions], generator, device)
-        # phase 2: W = W0 R^+ orthonormal, for W0 = (I - Q Q^T) G and Q = tall @ coef (orthonormal). W0 is never
-        # formed: W0 = G - tall @ proj with proj = coef H, H = coef^T tall^T G, and W0^T W0 = G^T G - H^T H.
-        projs, grams, exact = [], [], []
-        for (tall, coef, _), g in zip(directions, gaussians):
-            h = coef.mT @ tall_inner(tall, g).double()
-            projs.append(coef @ h)
-            grams.append(tall_inner(g, g).double() - h.mT @ h)
-            exact.append(lambda tall=tall, coef=coef, g=g: _outside_span_gram(tall.double(), coef, g.double()))
-        roots = roots_of_grams(grams, [[g.shape[1]] for g in gaussians], exact)
-        for (slot, a, b), svd, (slot_side, sides, k, moved, slot_dirs) in zip(items, svds, plans):
-            rank = a.shape[0]
-            turn = torch.ones(rank, dtype=torch.float64, device=svd.sigma.device)
-            turn[moved] = cos
-            b_scale, a_scale = _factor_scales(svd.sigma, svd.y_root.block_sq_norms[0], rank)
-            # A' = diag(a) V'^T and B' = U' diag(b), with V' = V C + W S on the moved columns (U' likewise);
-            # the -tall @ proj part of W0 folds into the r x r matrix that multiplies the parent factor
-            to_a = (svd.right * (a_scale * (turn if "input" in sides else 1.0))[None, :]).mT
-            to_b = svd.left * (b_scale * (turn if "output" in sides else 1.0))[None, :]
-            mix_a = mix_b = None
-            if "input" in slot_dirs:
-                i = slot_dirs["input"]
-                mix_a = torch.zeros(rank, k, dtype=torch.float64, device=svd.sigma.device)
-                mix_a[moved] = (a_scale[moved] * sin)[:, None] * roots[i].pinv.mT
-                to_a = to_a - mix_a @ projs[i].mT
-            if "output" in slot_dirs:
-                i = slot_dirs["output"]
-                mix_b = torch.zeros(k, rank, dtype=torch.float64, device=svd.sigma.device)
-                mix_b[:, moved] = roots[i].pinv * (b_scale[moved] * sin)[None, :]
-                to_b = to_b - projs[i] @ mix_b
-            new_a = _f32(to_a) @ a
-            if mix_a is not None:
-                new_a.addmm_(_f32(mix_a), gaussians[slot_dirs["input"]].mT)
-            b_terms = [(b, _f32(to_b))]
-            if mix_b is not None:
-                b_terms.append((gaussians[slot_dirs["output"]], _f32(mix_b)))
-            new_b = tall_times(b_terms)
-            factors[slot.a_key], factors[slot.b_key] = new_a, new_b
-            per_component = 2 * sin**2 if len(sides) == 2 else 2 * (1 - cos)
-            sq = svd.sigma.square()
-            change = _ratio(math.sqrt(per_component * float(sq[moved].sum())), math.sqrt(float(sq.sum())))
-            report[slot.name] = {"relative_change": change, "rotated": float(k), "side": slot_side}
+        proj_roots = flat(in_shards(_outside_span_roots, list(zip(directions, gaussians)), device))
+        projs, roots = [proj for proj, _ in proj_roots], [root for _, root in proj_roots]
+
+        def rotated(part: list) -> list[tuple[str, dict[str, torch.Tensor], SlotReport]]:
+            return [_rotated_slot(item, svd, plan, projs, roots, gaussians, cos, sin) for item, svd, plan in part]
+
+        factors, report = _collect(flat(in_shards(rotated, list(zip(items, svds, plans)), device)))
     return Child(_finish(parent, factors), "rotate_subspace", strength, report)
+
+
+def _outside_span_roots(part: list) -> list[tuple[torch.Tensor, GramRoot]]:
+    """``rotate_subspace``'s phase 2 on a shard of ((tall, coef, k), G) directions: W = W0 R^+ orthonormal, for
+    W0 = (I - Q Q^T) G and Q = tall @ coef (orthonormal). W0 is never formed: W0 = G - tall @ proj with
+    proj = coef H, H = coef^T tall^T G, and W0^T W0 = G^T G - H^T H. Returns (proj, root of W0) per direction."""
+    projs, grams, exact = [], [], []
+    for (tall, coef, _), g in part:
+        h = coef.mT @ tall_inner(tall, g).double()
+        projs.append(coef @ h)
+        grams.append(tall_inner(g, g).double() - h.mT @ h)
+        exact.append(lambda tall=tall, coef=coef, g=g: _outside_span_gram(tall.double(), coef, g.double()))
+    return list(zip(projs, roots_of_grams(grams, [[g.shape[1]] for _, g in part], exact)))
+
+
+def _rotated_slot(item: tuple, svd: FactoredSVD, plan: tuple, projs: list[torch.Tensor], roots: list[GramRoot],
+                  gaussians: list[torch.Tensor], cos: float, sin: float) -> tuple[str, dict[str, torch.Tensor], SlotReport]:
+    """``rotate_subspace``'s phase 3 for one slot: the child factors and the report."""
+    (slot, a, b), (slot_side, sides, k, moved, slot_dirs) = item, plan
+    rank = a.shape[0]
+    turn = torch.ones(rank, dtype=torch.float64, device=svd.sigma.device)
+    turn[moved] = cos
+    b_scale, a_scale = _factor_scales(svd.sigma, svd.y_root.block_sq_norms[0], rank)
+    # A' = diag(a) V'^T and B' = U' diag(b), with V' = V C + W S on the moved columns (U' likewise);
+    # the -tall @ proj part of W0 folds into the r x r matrix that multiplies the parent factor
+    to_a = (svd.right * (a_scale * (turn if "input" in sides else 1.0))[None, :]).mT
+    to_b = svd.left * (b_scale * (turn if "output" in sides else 1.0))[None, :]
+    mix_a = mix_b = None
+    if "input" in slot_dirs:
+        i = slot_dirs["input"]
+        mix_a = torch.zeros(rank, k, dtype=torch.float64, device=svd.sigma.device)
+        mix_a[moved] = (a_scale[moved] * sin)[:, None] * roots[i].pinv.mT
+        to_a = to_a - mix_a @ projs[i].mT
+    if "output" in slot_dirs:
+        i = slot_dirs["output"]
+        mix_b = torch.zeros(k, rank, dtype=torch.float64, device=svd.sigma.device)
+        mix_b[:, moved] = roots[i].pinv * (b_scale[moved] * sin)[None, :]
+        to_b = to_b - projs[i] @ mix_b
+    new_a = _f32(to_a) @ a
+    if mix_a is not None:
+        new_a.addmm_(_f32(mix_a), gaussians[slot_dirs["input"]].mT)
+    b_terms = [(b, _f32(to_b))]
+    if mix_b is not None:
+        b_terms.append((gaussians[slot_dirs["output"]], _f32(mix_b)))
+    new_b = tall_times(b_terms)
+    per_component = 2 * sin**2 if len(sides) == 2 else 2 * (1 - cos)
+    sq = svd.sigma.square()
+    change = _ratio(math.sqrt(per_component * float(sq[moved].sum())), math.sqrt(float(sq.sum())))
+    return slot.name, {slot.a_key: new_a, slot.b_key: new_b}, {"relative_change": change, "rotated": float(k), "side": slot_side}
 
 
 def gaussian_noise(parent: Adapter, strength: float = 0.1, generator: torch.Generator | None = None) -> Child:
@@ -341,35 +380,42 @@ def gaussian_noise(parent: Adapter, strength: float = 0.1, generator: torch.Gene
     The parent blocks B^T B and A A^T come first: their traces give the rms scales.
     """
     strength = check_strength("gaussian_noise", strength)
-    factors, grams = {}, []
     with torch.no_grad():
         items = _each_slot(parent)
-        device = items[0][1].device if items else torch.device("cpu")
-        own = [(tall_inner(b, b), tall_inner(a.mT, a.mT)) for _, a, b in items]
+        device = _device_of(items)
+        own = flat(in_shards(lambda part: [(tall_inner(b, b), tall_inner(a.mT, a.mT)) for _, a, b in part], items, device))
         stds = []
         for (_, a, b), (gram_b, gram_a) in zip(items, own):
             for gram, factor in ((gram_a, a), (gram_b, b)):
                 stds.append(strength * math.sqrt(max(float(gram.trace()), 0.0) / factor.numel()))
         drawn = _draw_in_parallel([tuple(t.shape) for _, a, b in items for t in (a, b)], generator, device, stds)
-        for (slot, a, b), (gram_b, gram_a), noise_a, noise_b in zip(items, own, drawn[0::2], drawn[1::2]):
-            grams.append((_with_noise_gram(gram_b, b, noise_b), _with_noise_gram(gram_a, a.mT, noise_a.mT)))
-            factors[slot.a_key], factors[slot.b_key] = noise_a.add_(a), noise_b.add_(b)
-        report = {}
-        by_rank: dict[tuple, list[int]] = {}
-        for i, (gx, _) in enumerate(grams):
-            by_rank.setdefault((gx.shape[0], gx.device), []).append(i)
-        for (size, device), indices in by_rank.items():
-            rank = size // 2
-            gx = torch.stack([grams[i][0] for i in indices])
-            gy = torch.stack([grams[i][1] for i in indices])
-            eye = torch.eye(rank, dtype=torch.float64, device=device)
-            k = torch.cat([torch.cat([torch.zeros_like(eye), eye], 1), torch.cat([eye, eye], 1)], 0)
-            diff_sq = ((k.mT @ gx @ k) * gy).sum((1, 2)).clamp_min(0).sqrt().tolist()
-            base_sq = (gx[:, :rank, :rank] * gy[:, :rank, :rank]).sum((1, 2)).clamp_min(0).sqrt().tolist()
-            for i, num, den in zip(indices, diff_sq, base_sq):
-                report[items[i][0].name] = {"relative_change": _ratio(num, den)}
-    report = {slot.name: report[slot.name] for slot, _, _ in items}
+        rows = flat(in_shards(_noised_slots, list(zip(items, own, drawn[0::2], drawn[1::2])), device))
+        factors, report = _collect(rows)
     return Child(_finish(parent, factors), "gaussian_noise", strength, report)
+
+
+def _noised_slots(part: list) -> list[tuple[str, dict[str, torch.Tensor], SlotReport]]:
+    """``gaussian_noise`` on one shard of (slot item, its (B, A) Grams, noise for A, noise for B): child factors and
+    the exact relative change ||[B, dB] K [A; dA]||_F / ||B A||_F from the Gram blocks (K = [[0, I], [I, I]])."""
+    grams, rows = [], []
+    for (slot, a, b), (gram_b, gram_a), noise_a, noise_b in part:
+        grams.append((_with_noise_gram(gram_b, b, noise_b), _with_noise_gram(gram_a, a.mT, noise_a.mT)))
+        rows.append((slot.name, {slot.a_key: noise_a.add_(a), slot.b_key: noise_b.add_(b)}))
+    changes: dict[int, float] = {}
+    by_rank: dict[tuple, list[int]] = {}
+    for i, (gx, _) in enumerate(grams):
+        by_rank.setdefault((gx.shape[0], gx.device), []).append(i)
+    for (size, device), indices in by_rank.items():
+        rank = size // 2
+        gx = torch.stack([grams[i][0] for i in indices])
+        gy = torch.stack([grams[i][1] for i in indices])
+        eye = torch.eye(rank, dtype=torch.float64, device=device)
+        k = torch.cat([torch.cat([torch.zeros_like(eye), eye], 1), torch.cat([eye, eye], 1)], 0)
+        diff_sq = ((k.mT @ gx @ k) * gy).sum((1, 2)).clamp_min(0).sqrt().tolist()
+        base_sq = (gx[:, :rank, :rank] * gy[:, :rank, :rank]).sum((1, 2)).clamp_min(0).sqrt().tolist()
+        for i, num, den in zip(indices, diff_sq, base_sq):
+            changes[i] = _ratio(num, den)
+    return [(name, tensors, {"relative_change": changes[i]}) for i, (name, tensors) in enumerate(rows)]
 
 
 def layer_noise(
@@ -464,7 +510,7 @@ def blend_svd(a: Adapter, b: Adapter, weight: float = 0.5, generator: torch.Gene
     for pair in pairs:
         ones = torch.ones(pair[1].shape[0], dtype=torch.float64)
         middles.append(torch.cat([weight * ones, (1 - weight) * ones]))
-    return _rank_r_merge(a, pairs, middles.__getitem__, "blend_svd", weight)
+    return _rank_r_merge(a, pairs, "blend_svd", weight, middles=middles)
 
 
 def extrapolate(a: Adapter, b: Adapter, strength: float = 1.5, generator: torch.Generator | None = None) -> Child:
@@ -484,7 +530,7 @@ def extrapolate(a: Adapter, b: Adapter, strength: float = 1.5, generator: torch.
     for pair in pairs:
         ones = torch.ones(pair[1].shape[0], dtype=torch.float64)
         middles.append(torch.cat([eta * ones, (1 - eta) * ones]))
-    return _rank_r_merge(a, pairs, middles.__getitem__, "extrapolate", eta)
+    return _rank_r_merge(a, pairs, "extrapolate", eta, middles=middles)
 
 
 def dare(
@@ -515,8 +561,7 @@ def dare(
         for w in (weight, 1 - weight):
             keep = torch.rand(rank, generator=generator, device=where, dtype=torch.float64) >= strength
             coefs.append((w * scale) * keep.double())
-    root_middles, middle_of, grams, roots = _component_cores(pairs, coefs)
-    return _rank_r_merge(a, pairs, middle_of, "dare", strength, grams, roots, root_middles)
+    return _rank_r_merge(a, pairs, "dare", strength, coefs=coefs)
 
 
 def splice_svd(a: Adapter, b: Adapter, strength: float = 0.5, generator: torch.Generator | None = None) -> Child:
@@ -536,8 +581,7 @@ def splice_svd(a: Adapter, b: Adapter, strength: float = 0.5, generator: torch.G
         rank = pair[1].shape[0]
         from_a = (torch.arange(rank) < rank - round(strength * rank)).double()
         coefs += [from_a, 1 - from_a]
-    root_middles, middle_of, grams, roots = _component_cores(pairs, coefs)
-    return _rank_r_merge(a, pairs, middle_of, "splice_svd", strength, grams, roots, root_middles)
+    return _rank_r_merge(a, pairs, "splice_svd", strength, coefs=coefs)
 
 
 def _pairs(a: Adapter, b: Adapter) -> list[tuple[Slot, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
@@ -652,37 +696,62 @@ def _halves(pair: tuple) -> tuple[slice, slice]:
 
 
 def _rank_r_merge(
-    parent: Adapter, pairs: list, middle_of: Callable[[int], torch.Tensor], name: str, strength: float,
-    grams: list[tuple[torch.Tensor, torch.Tensor]] | None = None, roots: list[GramRoot] | None = None,
-    root_middles: list[torch.Tensor] | None = None,
+    parent: Adapter, pairs: list, name: str, strength: float,
+    middles: list[torch.Tensor] | None = None, coefs: list[torch.Tensor] | None = None,
 ) -> Child:
-    """Top-r SVD of each slot's [B_a, B_b] D [A_a; A_b] (D = ``middle_of(i)`` for slot i: a 2r vector or a 2r x 2r
-    matrix) as balanced factors, with ``truncation_error`` and the relative change to each parent (see
-    ``blend_svd``). ``grams``: the block Grams of [B_a, B_b] and [A_a^T, A_b^T] if the caller has them;
-    ``roots``: with them, the ``GramRoot`` of each [B_a, B_b]; ``root_middles``: with both, R D per slot (R that
-    root), and D is then asked for only by slots that take the two-sided route."""
+    """Top-r SVD of each slot's [B_a, B_b] D [A_a; A_b] as balanced factors, with ``truncation_error`` and the
+    relative change to each parent (see ``blend_svd``), the slots in shards (``evolution.shards``).
+
+    D per slot: ``middles[i]`` (a 2r vector or a 2r x 2r matrix), or from ``coefs`` (per slot a's then b's
+    weights of the parents' ranked singular components, ``_component_cores``)."""
+    if (middles is None) == (coefs is None):
+        raise ValueError("_rank_r_merge needs middles or coefs")
+    per_slot = [(pair, middles[i] if middles is not None else None,
+                 (coefs[2 * i], coefs[2 * i + 1]) if coefs is not None else None) for i, pair in enumerate(pairs)]
+
+    def merge(part: list) -> list[tuple[str, dict[str, torch.Tensor], SlotReport]]:
+        shard_pairs = [pair for pair, _, _ in part]
+        if coefs is not None:
+            root_middles, middle_of, grams, roots = _component_cores(shard_pairs, [c for _, _, pc in part for c in pc])
+        else:
+            middle_of, grams, roots, root_middles = [m for _, m, _ in part].__getitem__, None, None, None
+        factors, report = _merge_slots(shard_pairs, middle_of, grams, roots, root_middles)
+        return [(pair[0].name, {pair[0].a_key: factors[pair[0].a_key], pair[0].b_key: factors[pair[0].b_key]}, report[pair[0].name])
+                for pair in shard_pairs]
+
+    with torch.no_grad():
+        factors, report = _collect(flat(in_shards(merge, per_slot, pairs[0][1].device if pairs else None)))
+    return Child(_finish(parent, factors), name, strength, report)
+
+
+def _merge_slots(
+    pairs: list, middle_of: Callable[[int], torch.Tensor], grams: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    roots: list[GramRoot] | None = None, root_middles: list[torch.Tensor] | None = None,
+) -> tuple[dict[str, torch.Tensor], dict[str, SlotReport]]:
+    """``_rank_r_merge`` on one shard: (child factors, report). D = ``middle_of(i)`` for slot i; ``grams``: the
+    block Grams of [B_a, B_b] and [A_a^T, A_b^T] if the caller has them; ``roots``: with them, the
+    ``GramRoot`` of each [B_a, B_b]; ``root_middles``: with both, R D per slot (R that root), and D is then
+    asked for only by slots that take the two-sided route."""
     factors: dict[str, torch.Tensor] = {}
     report: dict[str, SlotReport] = {}
-    with torch.no_grad():
-        products = [([b_a, b_b], [a_a.mT, a_b.mT], None if root_middles is not None else middle_of(i))
-                    for i, (_, a_a, b_a, a_b, b_b) in enumerate(pairs)]
-        svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs], grams, roots, root_middles)  # type: ignore[arg-type]
-        two_sided, by_rank = [], {}
-        for i, (pair, product, svd) in enumerate(zip(pairs, products, svds)):
-            slot, rank = pair[0], pair[1].shape[0]
-            sigma = svd.sigma[:rank]
-            if not float(sigma[-1]) > NULL_SIGMA * float(sigma[0]):
-                two_sided.append((pair, (product[0], product[1], middle_of(i))))
-                continue
-            _write_blend(factors, pair, svd.out_coef, svd.in_coef)
-            by_rank.setdefault((rank, svd.sigma.device), []).append((slot.name, svd))
-        for (rank, _), named in by_rank.items():
-            reports = _blend_reports_one_sided([svd for _, svd in named], rank)
-            report.update(zip([name_ for name_, _ in named], reports))
-        if two_sided:
-            _blend_two_sided(two_sided, factors, report)
-    report = {pair[0].name: report[pair[0].name] for pair in pairs}
-    return Child(_finish(parent, factors), name, strength, report)
+    products = [([b_a, b_b], [a_a.mT, a_b.mT], None if root_middles is not None else middle_of(i))
+                for i, (_, a_a, b_a, a_b, b_b) in enumerate(pairs)]
+    svds = one_sided_svds(products, [pair[1].shape[0] for pair in pairs], grams, roots, root_middles)  # type: ignore[arg-type]
+    two_sided, by_rank = [], {}
+    for i, (pair, product, svd) in enumerate(zip(pairs, products, svds)):
+        slot, rank = pair[0], pair[1].shape[0]
+        sigma = svd.sigma[:rank]
+        if not float(sigma[-1]) > NULL_SIGMA * float(sigma[0]):
+            two_sided.append((pair, (product[0], product[1], middle_of(i))))
+            continue
+        _write_blend(factors, pair, svd.out_coef, svd.in_coef)
+        by_rank.setdefault((rank, svd.sigma.device), []).append((slot.name, svd))
+    for (rank, _), named in by_rank.items():
+        reports = _blend_reports_one_sided([svd for _, svd in named], rank)
+        report.update(zip([name_ for name_, _ in named], reports))
+    if two_sided:
+        _blend_two_sided(two_sided, factors, report)
+    return factors, report
 
 
 def _write_blend(factors: dict[str, torch.Tensor], pair: tuple, left: torch.Tensor, right: torch.Tensor) -> None:
