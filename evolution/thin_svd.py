@@ -174,19 +174,21 @@ def _kappa_squared(gram: torch.Tensor, inverse_root: torch.Tensor, iterations: i
 
     An estimate from below (Rayleigh quotients), so callers keep a safety margin; deterministic start.
     """
-    # an estimate with a margin needs no float64: float32 halves the memory each of the 3 passes per step reads
+    # an estimate with a margin needs no float64: float32 halves the memory each of the 3 passes per step reads.
+    # Row vectors: x^T G = (G x)^T (G symmetric) and y^T R^-1 R^-T = (G^-1 y)^T; MKL multiplies a batch of
+    # 1 x k rows by k x k matrices ~10x faster than k x k matrices by k x 1 columns
     gram, inverse_root = gram.float(), inverse_root.float()
     k = gram.shape[-1]
     start = 1.0 + 0.5 * torch.cos(torch.arange(k, dtype=gram.dtype, device=gram.device))
-    x = start.expand(gram.shape[0], k).unsqueeze(-1).contiguous()
+    x = start.expand(gram.shape[0], k).unsqueeze(-2).contiguous()
     y = x.clone()
     for _ in range(iterations):
-        x = gram @ x
-        x = x / x.norm(dim=1, keepdim=True)
-        y = inverse_root @ (inverse_root.mT @ y)
-        y = y / y.norm(dim=1, keepdim=True)
-    top = (x.mT @ gram @ x).flatten()
-    inv_top = (inverse_root.mT @ y).square().sum((1, 2))
+        x = x @ gram
+        x = x / x.norm(dim=-1, keepdim=True)
+        y = (y @ inverse_root) @ inverse_root.mT
+        y = y / y.norm(dim=-1, keepdim=True)
+    top = ((x @ gram) * x).sum((1, 2))
+    inv_top = (y @ inverse_root).square().sum((1, 2))
     return (top * inv_top).double()
 
 
