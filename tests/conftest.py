@@ -124,3 +124,15 @@ def other() -> dict:
     from evolution_adapters import make_adapter
 
     return make_adapter(1)
+
+
+@pytest.fixture(autouse=True)
+def torch_set_num_threads_restored():
+    """Undo vLLM's process-wide patch: its CPU worker, started in-process by the engine tests, replaces
+    ``torch.set_num_threads`` with a no-op that logs a warning, which would leave every later test of the
+    session unable to set torch's thread count (the evolution shards and ``on_threads`` set it)."""
+    yield
+    import torch
+
+    if torch.set_num_threads is not torch._C.set_num_threads:
+        torch.set_num_threads = torch._C.set_num_threads
