@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from evolution.strengths import check_strength
+
 FAMILIES = ("code_o", "code_i", "code_f")
 MUTATION_NAMES = ("perturb_singular_values", "rotate_subspace", "gaussian_noise", "layer_noise", "mask_components")
 CROSSOVER_NAMES = ("swap_slots", "blend_svd", "dare", "splice_svd", "extrapolate")
@@ -225,6 +227,8 @@ class EvolutionConfig(Section):
             raise ValueError(f"unknown evolution operators {unknown}; valid: {list(known)}")
         if self.enabled and not any(op.weight > 0 for op in self.operators.values()):
             raise ValueError("evolution is enabled but every operator weight is 0")
+        for name, op in self.operators.items():
+            check_strength(name, op.strength)  # e.g. "extrapolate: strength 0.5 is outside [1.0, 2.5]"
         return self
 
 

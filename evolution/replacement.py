@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from evolution import operators as ops
+from evolution.strengths import NEUTRAL_STRENGTH, check_strength
 from evolution.adapter_slots import Adapter
 from evolution.league import League
 
@@ -119,7 +120,7 @@ def _operator_table(spec: Mapping[str, Any] | None) -> dict[str, dict[str, float
         strength = value["strength"] if isinstance(value, Mapping) else getattr(value, "strength")
         if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0):
             raise ValueError(f"{name}: weight must be a finite number >= 0, got {weight!r}")
-        table[name] = {"weight": float(weight), "strength": ops.check_strength(name, strength)}
+        table[name] = {"weight": float(weight), "strength": check_strength(name, strength)}
     if not any(v["weight"] > 0 for v in table.values()):
         raise ValueError("every evolution operator weight is 0")
     return table
@@ -263,7 +264,7 @@ class ReplacementPolicy:
     def _shrink(name: str, strength: float) -> float:
         if name == "blend_svd":  # halfway to the nearer parent (weight 1 is parent a, 0 parent b)
             return 1 - (1 - strength) / 2 if strength >= 0.5 else strength / 2
-        neutral = ops.NEUTRAL_STRENGTH.get(name, 0.0)  # extrapolate: eta halfway back to 1 (parent a)
+        neutral = NEUTRAL_STRENGTH.get(name, 0.0)  # extrapolate: eta halfway back to 1 (parent a)
         return neutral + (strength - neutral) / 2
 
     # ------------------------------------------------------------------------------------------ commit

@@ -86,6 +86,17 @@ def test_all_operator_weights_zero_is_an_error():
         load_config(None, [f"evolution.operators.{n}.weight=0" for n in names])
 
 
+@pytest.mark.parametrize("override, message", [
+    ("evolution.operators.extrapolate.strength=0.5", r"extrapolate: strength 0.5 is outside \[1.0, 2.5\]"),
+    ("evolution.operators.dare.strength=1.0", r"dare: strength 1.0 is outside \[0.0, 0.99\]"),
+    ("evolution.operators.rotate_subspace.strength=2", r"rotate_subspace: strength 2.0 is outside"),
+])
+def test_operator_strength_outside_its_range_is_an_error_at_load(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+    load_config(None, ["evolution.operators.extrapolate.strength=2.5"])  # the range's end is valid
+
+
 @pytest.mark.parametrize(
     "override, named, listed",
     [

@@ -7,6 +7,7 @@ import torch
 from evolution_adapters import delta, dense_svd, gen, make_adapter, rel, slot_names
 
 from evolution import operators
+from evolution.strengths import NEUTRAL_STRENGTH
 
 RANK = 4
 NEW_CROSSOVERS = ("dare", "splice_svd", "extrapolate")
@@ -163,7 +164,7 @@ def test_dare_without_drops_is_the_blend(parent, other):
 @pytest.mark.parametrize("name", NEW_CROSSOVERS)
 def test_neutral_strength_gives_parent_a(name, parent, other):
     kwargs = {"weight": 1.0} if name == "dare" else {}
-    neutral = operators.NEUTRAL_STRENGTH.get(name, 0.0)  # extrapolate: eta = 1 is parent a
+    neutral = NEUTRAL_STRENGTH.get(name, 0.0)  # extrapolate: eta = 1 is parent a
     child = operators.CROSSOVERS[name](parent, other, strength=neutral, generator=gen(0), **kwargs)
     for slot in slot_names(parent):
         assert rel(delta(child.state_dict, slot), delta(parent, slot)) < 1e-5
