@@ -285,8 +285,14 @@ def write_report(run_dirs: list[Path]) -> list[Path]:
     runs = [(first.name, rows)] + [(Path(d).name, read_metrics(Path(d))) for d in run_dirs[1:]]
     if len(runs) > 1:
         written.append(plot_comparison(runs, out))
-    written.append(write_summary(runs, out))
+    written.append(write_summary(runs, out, run_statuses(run_dirs)))
     return written
+
+
+def run_statuses(run_dirs: list[Path]) -> dict[str, str]:
+    """Run name -> how it stopped, from its status.json ("it finished at step 60", "it failed at step 14
+    ...: cause", "it recorded no status ...")."""
+    return {Path(d).name: RunDirectory.describe_status(RunDirectory(Path(d)).read_status()) for d in run_dirs}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for name, said in run_statuses(args.runs).items():
+        print(f"{name}: {said}", file=sys.stderr)  # stdout lists the written files only
     for path in paths:
         print(path)
     return 0

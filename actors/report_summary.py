@@ -157,15 +157,17 @@ def _ratings_table(rows: Rows) -> list[str]:
     return lines
 
 
-def write_summary(runs: list[tuple[str, Rows]], out: Path) -> Path:
+def write_summary(runs: list[tuple[str, Rows]], out: Path, statuses: dict[str, str] | None = None) -> Path:
     """``out/summary.md``: per figure of the first run the numbers behind it, and with more runs the
-    comparison's numbers per metric and run."""
+    comparison's numbers per metric and run. ``statuses``: run name -> how it stopped (status.json in words)."""
     name, rows = runs[0]
     steps = [r["step"] for r in rows]
     h = smoothing_half_width(len(rows))
     lines = [
         f"# Report: {run_label(name, rows)}",
         "",
+        *[f"Status of {run_name}: {said}." for run_name, said in (statuses or {}).items()],
+        *([""] if statuses else []),
         f"{len(rows)} steps ({min(steps)}-{max(steps)}). Smoothed: centred rolling mean over 2h+1 measured steps, "
         f"h = clamp(n // 10, 1, 5) with n the metric's measured steps ({2 * h + 1} at n = {len(rows)}), one-sided at "
         "the ends (first/last smoothed = mean of the first/last h+1 points). Slope: ordinary "

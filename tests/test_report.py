@@ -213,6 +213,23 @@ def test_report_of_a_single_run_has_no_comparison_and_the_cli_prints_the_summary
     assert "The single agent proposes" in (plots / "summary.md").read_text()
 
 
+def test_report_states_how_each_run_stopped(tmp_path):
+    from actors.run_dir import RunDirectory
+
+    write_run(tmp_path / "pop", single=False, seed=3)
+    write_run(tmp_path / "single", single=True, seed=4)
+    RunDirectory(tmp_path / "pop").write_status("failed", 41, 1, "RuntimeError: CPU Generator does not use offset")
+    out = subprocess.run([sys.executable, "-m", "actors.report", str(tmp_path / "pop"), str(tmp_path / "single")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    failed = "it failed at step 41, after recovering 1 time(s): RuntimeError: CPU Generator does not use offset"
+    unknown = "it recorded no status (written by an older version)"
+    assert f"pop: {failed}" in out.stderr and f"single: {unknown}" in out.stderr
+    summary = (tmp_path / "pop" / "plots" / "summary.md").read_text()
+    assert f"Status of pop: {failed}." in summary and f"Status of single: {unknown}." in summary
+    assert all(Path(p).is_file() for p in out.stdout.split())  # stdout still lists only the written files
+
+
 # ---------------------------------------------------------------- real short runs
 
 @pytest.fixture(scope="module")
