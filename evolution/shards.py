@@ -4,8 +4,8 @@ An operator's heavy phases (Gram products, r x r factorisations, child products)
 Run as one sequence with MKL's two threads inside every product, the small operations between products
 (torch dispatch, r x r float64 work, LAPACK on one thread) leave the second core idle about a fifth of the
 time. Two shards of the slots on two Python threads, each with torch's intra-op threads at 1, keep both
-cores busy: on two cores and the 7B shapes, dare 1.13 -> 0.94 s, blend 1.02 -> 0.83 s, perturb 0.46 ->
-0.33 s, rotate 0.90 -> 0.64 s per child (one process, interleaved, medians of 5; docs/evolution.md).
+cores busy: on two cores and the 7B shapes a child takes 17-28% less time (dare 1.09 -> 0.90 s, blend
+0.99 -> 0.82 s, perturb 0.43 -> 0.35 s; old and new code interleaved in one process, docs/evolution.md).
 
 The shards are contiguous in slot key order (layer-major), so each holds every module shape and its r x r
 work still batches per shape. Random draws stay outside the shards, on the caller's thread in slot order, so
