@@ -13,7 +13,8 @@ Every ``period`` steps, per role ('teacher', 'student'):
 4. **child** = operator(parents, strength). A child whose largest per-slot relative change of Delta W
    exceeds ``max_relative_change`` (or, for blend_svd, whose truncation error exceeds
    ``max_truncation_error``) is rejected and rebuilt with half the strength (blend: the weight moves
-   halfway to the nearer parent; extrapolate: eta halfway back to 1), up to ``max_retries`` times; then swap_slots (two parents) or a clone;
+   halfway to the nearer parent; extrapolate: eta halfway back to 1), up to ``max_retries`` times; then
+   swap_slots (two parents) or a clone;
 5. the child takes the victim's place with sigma = ``sigma_reset`` and (``rating_entry='mean_preserving'``,
    the default) mu = the mean of its parents' mu, after which the whole sub-population, child included,
    moves by -(mu_child - mu_victim) / N. Games between a teacher and a student conserve the sum of their
@@ -40,9 +41,9 @@ from typing import Any
 import torch
 
 from evolution import operators as ops
-from evolution.strengths import NEUTRAL_STRENGTH, check_strength
 from evolution.adapter_slots import Adapter
 from evolution.league import League
+from evolution.strengths import NEUTRAL_STRENGTH, check_strength
 
 STATE_VERSION = 1
 SUB_POPULATIONS = ("teacher", "student")

@@ -74,9 +74,10 @@ def tall_inner(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     Same products, reorganised for MKL: one batched call on (d / 512) blocks of 512 x 64 runs ~20% faster
     than one (64 x d) @ (d x 64) product on two cores (196 vs 164 GFLOP/s, operands from memory), which
     packs both whole operands first. Operands may be row-major (B factors) or column-major (A^T of a
-    row-major A); the blocks are views either way. X^T X (``y is x``) is symmetric: with X = [X_1, X_2]
-    split by columns it is [[X_1^T X], [(X_1^T X_2)^T, X_2^T X_2]] (also for a second view of the same data), three quarters of the products (17% less
-    time for 64 columns on two cores). Other devices, short operands and the remainder rows: plain products.
+    row-major A); the blocks are views either way. X^T X (y the same view of the same data) is symmetric:
+    with X = [X_1, X_2] split by columns it is [[X_1^T X], [(X_1^T X_2)^T, X_2^T X_2]], three quarters of
+    the products (17% less time for 64 columns on two cores). Other devices, short operands and the
+    remainder rows: plain products.
     """
     main = x.shape[0] - x.shape[0] % ROW_BLOCK
     if x.device.type != "cpu" or main < 2 * ROW_BLOCK or not (_unit_stride(x) and _unit_stride(y)):
