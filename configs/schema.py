@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evolution.strengths import check_strength
+from verifier.defences import REQUIRABLE
 
 FAMILIES = ("code_o", "code_i", "code_f")
 MUTATION_NAMES = ("perturb_singular_values", "rotate_subspace", "gaussian_noise", "layer_noise", "mask_components")
@@ -262,6 +263,14 @@ class VerifierConfig(Section):
     allow_weak_sandbox: bool = Field(
         False, description="Start verifier actors even where a required defence is missing (development only; warned on every start)."
     )
+
+    @field_validator("require")
+    @classmethod
+    def _known_defences(cls, value: list[str]) -> list[str]:
+        unknown = [name for name in value if name not in REQUIRABLE]
+        if unknown:
+            raise ValueError(f"unknown defence(s) {unknown}; known: {', '.join(REQUIRABLE)}")
+        return value
 
 
 class ResourcesConfig(Section):

@@ -97,6 +97,11 @@ def test_operator_strength_outside_its_range_is_an_error_at_load(override, messa
     load_config(None, ["evolution.operators.extrapolate.strength=2.5"])  # the range's end is valid
 
 
+def test_an_unknown_required_defence_is_an_error_at_load():
+    with pytest.raises(ConfigError, match=r"unknown defence\(s\) \['no_netwrok'\]; known: .*no_network"):
+        load_config(None, ["verifier.require=[seccomp, no_netwrok]"])
+
+
 @pytest.mark.parametrize(
     "override, named, listed",
     [

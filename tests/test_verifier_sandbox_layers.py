@@ -355,6 +355,15 @@ def test_self_referencing_outputs_are_bad_output():
         assert shared.status is Status.OK and shared.output == "[[1], [1], {'k': ([1], None)}, -0.0, 1e+300, 2j, b'b', {3}]"
 
 
+@pytest.mark.parametrize("posture", POSTURES)
+def test_requirable_names_are_the_reports_boolean_keys(posture):
+    from verifier.defences import REQUIRABLE
+
+    with Verifier(workers=1, server_user=SERVER_USER[posture]) as v:
+        report = v.defences()
+    assert set(REQUIRABLE) == {k for k, x in report.items() if isinstance(x, bool)}
+
+
 def test_config_default_requirements_match_the_verifier():
     from configs.schema import Config
 
