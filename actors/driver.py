@@ -153,6 +153,12 @@ def checkpoint_step(checkpoint: Path) -> int:
     return int(checkpoint.name.split("-")[1])
 
 
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
 class Recovery:
     """Replaces a system one of whose actors died by a new one restored from the latest complete checkpoint."""
 
@@ -160,16 +166,22 @@ class Recovery:
         self.config, self.plan, self.model_path, self.run = config, plan, model_path, run
         self.count = 0
 
-    def start(self, checkpoint: Path | None) -> tuple[Any, int]:
-        """A new system restored from ``checkpoint`` (or fresh, publishing the initial adapters); the step restored."""
+    def start(self, checkpoint: Path | None, keep_shared_base: bool = False) -> tuple[Any, int]:
+        """A new system restored from ``checkpoint`` (or fresh, publishing the initial adapters); the step restored.
+        If restoring fails, the new system is stopped before the error is raised (``keep_shared_base``: keep
+        the learners' shared base, as a recovery does)."""
         from actors.system import System
 
         system = System.start(self.config, self.plan, self.model_path)
-        if checkpoint is None:
-            system.publish_adapters(all_members=True)
-            return system, 0
-        system.restore(checkpoint)
-        return system, checkpoint_step(checkpoint)
+        try:
+            if checkpoint is None:
+                system.publish_adapters(all_members=True)
+                return system, 0
+            system.restore(checkpoint)
+            return system, checkpoint_step(checkpoint)
+        except BaseException:
+            system.stop(release_shared_base=not keep_shared_base)
+            raise
 
     def recover(self, system: Any, exc: BaseException, failed_step: int, since: float) -> tuple[Any, int]:
         """Stop ``system`` (one of its actors died with ``exc`` during ``failed_step``), start and restore a new
@@ -180,13 +192,17 @@ class Recovery:
         checkpoint, notes = self.run.find_checkpoint()
         for note in notes:
             print(f"[populora] {note}", file=sys.stderr, flush=True)
-        system, restored = self.start(checkpoint)
+        self.count += 1  # an attempt counts even when a second fault ends it: run.max_recoveries bounds attempts
+        record = {"event": "recovery", "recovery": self.count, "actors": dead or ["unknown"], "error": _one_line(exc),
+                  "failed_step": failed_step}
+        try:
+            system, restored = self.start(checkpoint, keep_shared_base=True)
+        except BaseException as again:
+            self.run.append_event({**record, "restored_step": None, "attempt_error": _one_line(again)})
+            print(f"[populora] recovery {self.count} failed: {_one_line(again)}", file=sys.stderr, flush=True)
+            raise
         self.run.truncate_metrics(restored)
-        self.count += 1
-        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
-        record = {"event": "recovery", "recovery": self.count, "actors": dead or ["unknown"], "error": error,
-                  "failed_step": failed_step, "restored_step": restored,
-                  "seconds_lost": round(time.perf_counter() - since, 2)}
+        record.update({"restored_step": restored, "seconds_lost": round(time.perf_counter() - since, 2)})
         self.run.append_event(record)
         print(f"[populora] recovered ({self.count} of at most {self.config.run.max_recoveries}): "
               f"{', '.join(record['actors'])} died in step {failed_step} ({type(exc).__name__}); "

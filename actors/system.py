@@ -64,6 +64,22 @@ def wait_names_free(names: list[str], timeout_s: float = 60.0) -> None:
             time.sleep(0.1)
 
 
+def abandon(made: dict[str, list[Any]], groups: dict[int, Any], names: list[str]) -> None:
+    """Undo a start that failed half-way: close the engines and verifiers that still answer (their RAM-backed
+    files), kill every actor made, remove the learners' placement groups and wait until the names are free."""
+    closing = [h.close.remote() for h in made["inference"] + made["verifiers"]]
+    if closing:
+        ray.wait(closing, num_returns=len(closing), timeout=30)
+    for handle in [h for handles in made.values() for h in handles]:
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception:  # already gone
+            pass
+    for group in groups.values():
+        remove_placement_group(group)
+    wait_names_free(names)
+
+
 def initial_members(config: Config) -> list[tuple[str, str]]:
     """(id, role) of the starting population; the single agent is one member playing both roles."""
     if config.population.single_agent:
@@ -91,55 +107,68 @@ class System:
     # start / stop ------------------------------------------------------------------------------
     @classmethod
     def start(cls, config: Config, plan: PlacementPlan, model_path: str) -> "System":
+        """Create every planned actor and wait until they answer. If one dies or fails while the system starts
+        (a second fault during a recovery, say), the ones already made are closed and killed and their names
+        freed before the error is raised: a half-started system would hold the names and resources the next
+        attempt needs."""
         groups: dict[int, Any] = {}
         members = initial_members(config)
         cfg = config
-        inference = [
-            InferenceActor.options(**actor_options(plan, replica, groups)).remote(
-                cfg.inference.backend, model_path, max_adapters=len(members), max_lora_rank=cfg.lora.rank,
-                dtype=cfg.model.dtype, max_model_len=cfg.model.max_seq_len, engine_args=cfg.inference.vllm_engine_args,
-                seed=cfg.run.seed, target_modules=tuple(cfg.lora.target_modules),
+        made: dict[str, list[Any]] = {"inference": [], "learners": [], "verifiers": [], "league": []}
+        try:
+            inference = [
+                InferenceActor.options(**actor_options(plan, replica, groups)).remote(
+                    cfg.inference.backend, model_path, max_adapters=len(members), max_lora_rank=cfg.lora.rank,
+                    dtype=cfg.model.dtype, max_model_len=cfg.model.max_seq_len, engine_args=cfg.inference.vllm_engine_args,
+                    seed=cfg.run.seed, target_modules=tuple(cfg.lora.target_modules),
+                )
+                for replica in plan.by_role("inference")
+            ]
+            made["inference"] = inference
+            learners: dict[str, list[Any]] = {}
+            handles: dict[int, Any] = {}  # learner GPU -> CUDA IPC handle of its base copy
+            for actor in plan.actors:
+                if not actor.role.startswith("learner"):
+                    continue
+                role = actor.role.removeprefix("learner-")
+                shard = len(learners.get(role, []))
+                owned = [m for i, (m, r) in enumerate(x for x in members if x[1] == role) if i % plan.learner_shards == shard]
+                rl = cfg.rl.model_dump()
+                if role == "teacher" and cfg.rl.teacher_learning_rate is not None:
+                    rl["learning_rate"] = cfg.rl.teacher_learning_rate
+                learner = LearnerActor.options(**actor_options(plan, actor, groups)).remote(
+                    model_path, owned, cfg.lora.model_dump(), rl, cfg.model.dtype, cfg.run.seed + shard,
+                    cuda_base=handles.get(actor.gpu_ids[0]) if actor.gpu_ids else None,
+                    # train the policy the rollouts are sampled from; greedy decoding (T = 0) trains T = 1
+                    temperature=cfg.inference.temperature if cfg.inference.temperature > 0 else 1.0,
+                )
+                made["learners"].append(learner)
+                if actor.gpu_ids and actor.gpu_ids[0] not in handles:
+                    handles[actor.gpu_ids[0]] = ray.get(learner.cuda_base_handle.remote())
+                learners.setdefault(role, []).append(learner)
+            verifier_actors = [
+                VerifierActor.options(**actor_options(plan, a, groups)).remote(
+                    cfg.verifier.timeout_s, cfg.verifier.memory_mb, cfg.verifier.max_output_chars,
+                    max(1, int(a.num_cpus)), require=list(cfg.verifier.require),
+                    allow_weak_sandbox=cfg.verifier.allow_weak_sandbox,
+                )
+                for a in plan.by_role("verifier")
+            ]
+            made["verifiers"] = verifier_actors
+            seed_file = cfg.tasks.seed_file or (Path(model_path) / "tasks.jsonl" if (Path(model_path) / "tasks.jsonl").is_file() else None)
+            league = LeagueActor.options(**actor_options(plan, plan.by_role("league")[0], groups)).remote(
+                cfg.model_dump(mode="json"), members, str(seed_file) if seed_file else None
             )
-            for replica in plan.by_role("inference")
-        ]
-        learners: dict[str, list[Any]] = {}
-        handles: dict[int, Any] = {}  # learner GPU -> CUDA IPC handle of its base copy
-        for actor in plan.actors:
-            if not actor.role.startswith("learner"):
-                continue
-            role = actor.role.removeprefix("learner-")
-            shard = len(learners.get(role, []))
-            owned = [m for i, (m, r) in enumerate(x for x in members if x[1] == role) if i % plan.learner_shards == shard]
-            rl = cfg.rl.model_dump()
-            if role == "teacher" and cfg.rl.teacher_learning_rate is not None:
-                rl["learning_rate"] = cfg.rl.teacher_learning_rate
-            learner = LearnerActor.options(**actor_options(plan, actor, groups)).remote(
-                model_path, owned, cfg.lora.model_dump(), rl, cfg.model.dtype, cfg.run.seed + shard,
-                cuda_base=handles.get(actor.gpu_ids[0]) if actor.gpu_ids else None,
-                # train the policy the rollouts are sampled from; greedy decoding (T = 0) trains T = 1
-                temperature=cfg.inference.temperature if cfg.inference.temperature > 0 else 1.0,
-            )
-            if actor.gpu_ids and actor.gpu_ids[0] not in handles:
-                handles[actor.gpu_ids[0]] = ray.get(learner.cuda_base_handle.remote())
-            learners.setdefault(role, []).append(learner)
-        verifier_actors = [
-            VerifierActor.options(**actor_options(plan, a, groups)).remote(
-                cfg.verifier.timeout_s, cfg.verifier.memory_mb, cfg.verifier.max_output_chars,
-                max(1, int(a.num_cpus)), require=list(cfg.verifier.require),
-                allow_weak_sandbox=cfg.verifier.allow_weak_sandbox,
-            )
-            for a in plan.by_role("verifier")
-        ]
-        seed_file = cfg.tasks.seed_file or (Path(model_path) / "tasks.jsonl" if (Path(model_path) / "tasks.jsonl").is_file() else None)
-        league = LeagueActor.options(**actor_options(plan, plan.by_role("league")[0], groups)).remote(
-            cfg.model_dump(mode="json"), members, str(seed_file) if seed_file else None
-        )
-        backend = ray.get(inference[0].backend.remote())
-        ray.get([l.ready.remote() for shards in learners.values() for l in shards] + [league.ready.remote()])
-        system = cls(cfg, plan, inference, learners, VerifierCalls(VerifierPool(verifier_actors)), league, backend,
-                     _learner_groups=groups, _scratch=ray.get([r.scratch.remote() for r in inference]))
-        system.read_owners()
-        return system
+            made["league"] = [league]
+            backend = ray.get(inference[0].backend.remote())
+            ray.get([l.ready.remote() for shards in learners.values() for l in shards] + [league.ready.remote()])
+            system = cls(cfg, plan, inference, learners, VerifierCalls(VerifierPool(verifier_actors)), league, backend,
+                         _learner_groups=groups, _scratch=ray.get([r.scratch.remote() for r in inference]))
+            system.read_owners()
+            return system
+        except BaseException:
+            abandon(made, groups, [a.name for a in plan.actors])
+            raise
 
     @property
     def flat_learners(self) -> list[Any]:

@@ -318,7 +318,7 @@ class RunConfig(Section):
     max_recoveries: int = Field(
         3, ge=0, le=1000,
         description="Times the driver may recover by itself from a dead actor (recreate the actors, restore the latest "
-                    "checkpoint, continue) before the run fails; 0 fails at the first dead actor.",
+                    "checkpoint, continue) before the run fails, failed attempts included; 0 fails at the first dead actor.",
     )
 
 

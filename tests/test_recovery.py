@@ -75,9 +75,20 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def run_in_process(run_dir: Path, kill: str | None = None, after_step: int = 1) -> tuple[int, set[int]]:
+def starting_pid(name: str, not_pid: int) -> int | None:
+    """The pid of the actor named ``name`` that is being created or runs, other than ``not_pid``."""
+    for info in ray._private.state.actors().values():
+        if (info["Name"] == name and info.get("Pid") and info["Pid"] != not_pid
+                and info["State"] in ("PENDING_CREATION", "ALIVE")):
+            return info["Pid"]
+    return None
+
+
+def run_in_process(run_dir: Path, kill: str | None = None, after_step: int = 1,
+                   kill_replacement: bool = False) -> tuple[int, set[int]]:
     """Train 3 steps in this process; with ``kill``, SIGKILL that actor's process once step ``after_step``'s
-    row is in metrics.jsonl. Returns the exit code and every actor pid seen."""
+    row is in metrics.jsonl (``kill_replacement``: then also the process of the actor the recovery starts in
+    its place, as soon as it appears). Returns the exit code and every actor pid seen."""
     from actors.driver import train
 
     config = load_config(None, SHORT + [f"run.run_dir={run_dir}", "run.max_recoveries=2"])
@@ -89,13 +100,20 @@ def run_in_process(run_dir: Path, kill: str | None = None, after_step: int = 1) 
         metrics = run_dir / "metrics.jsonl"
         while not done.is_set():
             rows = [json.loads(l) for l in metrics.read_text().splitlines()] if metrics.is_file() else []
-            if any(r.get("step") == after_step for r in rows):
+            if not killed and any(r.get("step") == after_step for r in rows):
                 pid = actor_pids().get(kill)
                 if pid:
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
+                    if not kill_replacement:
+                        return
+            elif killed:
+                pid = starting_pid(kill, killed[0])
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
                     return
-            time.sleep(0.05)
+            time.sleep(0.02)
 
     thread = threading.Thread(target=killer, daemon=True) if kill else None
     if thread:
@@ -108,7 +126,7 @@ def run_in_process(run_dir: Path, kill: str | None = None, after_step: int = 1) 
         if thread:
             thread.join()
     if kill:
-        assert killed, f"{kill} was never killed"
+        assert len(killed) == 1 + kill_replacement, f"{kill} was killed {len(killed)} time(s)"
     return code, seen | set(killed)
 
 
@@ -150,6 +168,31 @@ def test_an_actor_killed_mid_run_is_recovered_and_nothing_is_lost(kind, referenc
     assert league == reference[0]
     assert adapters == reference[1]
     assert rows == reference[2]
+    deadline = time.monotonic() + 30
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in pids if pid_alive(p)], "actor processes left behind"
+    assert shm_entries() <= before, f"left in /dev/shm: {shm_entries() - before}"
+
+
+def test_a_second_fault_while_recovering_is_recovered_too(reference, tmp_path, capfd):
+    """The learner is killed after step 1, then its replacement while the recovery starts it: the half-started
+    system is stopped (nothing left behind), the failed attempt is recorded and counted, the next one succeeds."""
+    before = shm_entries()
+    run_dir = tmp_path / "run"
+    code, pids = run_in_process(run_dir, kill="learner-student", kill_replacement=True)
+    assert code == 0
+    run = RunDirectory(run_dir)
+    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]
+    events = run.read_events()
+    assert [e["recovery"] for e in events] == [1, 2] and events[0]["restored_step"] is None, events
+    assert events[0]["actors"] == ["learner-student"] and "Actor" in events[0]["attempt_error"]
+    assert events[1]["restored_step"] in (0, 1, 2)
+    err = capfd.readouterr().err
+    assert "recovery 1 failed" in err and "recovered (2 of at most 2)" in err
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "finished" and status["recoveries"] == 2 and status["last_step"] == 3
+    assert final_state(run_dir) == reference
     deadline = time.monotonic() + 30
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.5)
