@@ -64,15 +64,15 @@ def wait_names_free(names: list[str], timeout_s: float = 60.0) -> None:
             time.sleep(0.1)
 
 
-def abandon(made: dict[str, list[Any]], groups: dict[int, Any], names: list[str]) -> None:
-    """Undo a start that failed half-way: close the engines and verifiers that still answer (their RAM-backed
-    files), kill every actor made, remove the learners' placement groups and wait until the names are free."""
-    closing = [h.close.remote() for h in made["inference"] + made["verifiers"]]
+def close_and_kill(actors: list[Any], closing: list[Any], groups: dict[int, Any], names: list[str]) -> None:
+    """Tear actors down: wait (at most 60 s) for the ``closing`` calls that release what they hold outside
+    their processes, kill them, remove the learners' placement groups and wait until their names are free.
+    Dead actors among them are fine. ``System.stop`` and a start that failed half-way both end this way."""
     if closing:
-        ray.wait(closing, num_returns=len(closing), timeout=30)
-    for handle in [h for handles in made.values() for h in handles]:
+        ray.wait(closing, num_returns=len(closing), timeout=60)
+    for actor in actors:
         try:
-            ray.kill(handle, no_restart=True)
+            ray.kill(actor, no_restart=True)
         except Exception:  # already gone
             pass
     for group in groups.values():
@@ -166,8 +166,10 @@ class System:
                          _learner_groups=groups, _scratch=ray.get([r.scratch.remote() for r in inference]))
             system.read_owners()
             return system
-        except BaseException:
-            abandon(made, groups, [a.name for a in plan.actors])
+        except BaseException:  # close the engines and verifiers that still answer (their RAM-backed files)
+            close_and_kill([h for handles in made.values() for h in handles],
+                           [h.close.remote() for h in made["inference"] + made["verifiers"]], groups,
+                           [a.name for a in plan.actors])
             raise
 
     @property
@@ -215,16 +217,11 @@ class System:
         flat = self.flat_learners
         cleanups = [flat[0].release_shared_base.remote()] if release_shared_base else []
         cleanups += [r.close.remote() for r in self.inference] + [v.close.remote() for v in self.verifiers.pool.actors]
-        ray.wait(cleanups, num_returns=len(cleanups), timeout=60)
-        for actor in self._planned_handles():
-            ray.kill(actor, no_restart=True)
+        close_and_kill(self._planned_handles(), cleanups, self._learner_groups, [a.name for a in self.plan.actors])
         ray.wait([remove_paths.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(paths)
                   for node, paths in self._scratch if node in {n["NodeID"] for n in ray.nodes() if n.get("Alive")}],
                  num_returns=len(self._scratch), timeout=60)
-        for group in self._learner_groups.values():
-            remove_placement_group(group)
         self._learner_groups, self._scratch = {}, []  # stopping twice (a failed recovery, then the end) is harmless
-        wait_names_free([a.name for a in self.plan.actors])
 
     # generation --------------------------------------------------------------------------------
     def request(self, member: str, prompt: str, n: int = 1, seed: int | None = None) -> GenerationRequest:
