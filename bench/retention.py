@@ -264,9 +264,9 @@ def main() -> None:
 
     # 2. children ----------------------------------------------------------------------------------------
     summaries = {}
-    for i, name in enumerate(names):
+    for name in names:
         strength = strengths[name]
-        gen = torch.Generator().manual_seed(1000 + i)
+        gen = torch.Generator().manual_seed(1000 + list(operators.OPERATORS).index(name))  # the same whatever --operators
         pair = [parents["parent_a"], parents["parent_b"]] if name in operators.CROSSOVERS else [parents["parent_a"]]
         child = apply_operator(name, strength, pair, gen)
         bench.learner.replace_adapter(bench.slots[name], from_adapter(child.state_dict))
