@@ -11,18 +11,18 @@ network and processes stay out exactly as for self-play programs; what the allow
 Runs per layout:
 
 - evalplus: the reference runs once per task on every input (expected outputs and its wall time
-  t_ref); a candidate then runs once per task on the same inputs, comparing in the sandbox and
-  stopping at the first failing input. Comparison: equality; else with ``atol == 0`` and float
-  expectations a 1e-6 tolerance; else (``atol != 0``) same type and length and
-  ``|out - exp| <= atol + 1e-7 |exp|`` elementwise (numpy's allclose rule); ``find_zero`` checks
-  ``|poly(xs, out)| <= atol``.
+  per input, cached by the file's hash: ``references``); a candidate (``sanitize``d like evalplus
+  does) then runs once per task, base inputs then plus inputs, each call timed in that process
+  against its own limit ``max(floor_s, factor * t_ref)`` and judged by evalplus's rules
+  (``evalplus_rules``), stopping at the first failing input, which the reason names.
 - check / mbpp_asserts: ``prefix + candidate + test`` then ``check(entry_point)`` / the asserts.
 - livecodebench: one run per test; functional tests call the function (or ``Solution().method``)
   and compare as JSON values (tuples as lists); stdin tests compare stdout line by line after
   stripping, a line also matching when its whitespace-separated tokens are equal as decimals.
 
-Time limit of a run: ``max(floor_s, factor * t_ref)`` (evalplus's rule, per task), ``floor_s`` where
-there is no reference (LiveCodeBench: ``livecodebench_timeout_s``).
+Time limit of a run: evalplus layout: the sum of its inputs' limits (``evalplus_rules.part_deadline``
+per part) killed from outside; other layouts: ``max(floor_s, factor * t_ref)`` for the whole run,
+``floor_s`` where there is no reference (LiveCodeBench: ``livecodebench_timeout_s``).
 """
 
 from __future__ import annotations
@@ -32,32 +32,47 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
 
+from evaluation import evalplus_rules as rules
 from evaluation.datasets import CodeProblem
+from evaluation.references import Reference, ReferenceCache
 from verifier.guard import BENCHMARK_MODULES
 from verifier.sandbox import ExecResult, Verifier
 
 
 @dataclass(frozen=True)
 class JudgeLimits:
-    """Per-run limits. evalplus uses floor 4 s and factor 4 (AZR: 10 s and 8); LiveCodeBench 6 s."""
+    """Limits. evalplus: floor 4 s, factor 4, 4 GiB (``evalplus_rules``; AZR: 10 s and 8);
+    LiveCodeBench 6 s per test. ``cache_dir``: where reference times are cached (default
+    ``references.cache_root()``)."""
 
-    floor_s: float = 4.0
-    factor: float = 4.0
+    floor_s: float = rules.MIN_TIME_LIMIT_S
+    factor: float = rules.TIME_LIMIT_FACTOR
     livecodebench_timeout_s: float = 6.0
-    memory_mb: int = 1024
+    memory_mb: int = rules.MEMORY_MB
     workers: int | None = None
+    cache_dir: Path | None = None
 
 
 @dataclass(frozen=True)
 class Outcome:
+    """A sample's verdict; ``base_passed`` is set for evalplus-layout tasks (``passed`` is then plus)."""
+
     passed: bool
     reason: str = ""
+    base_passed: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "reason": self.reason}
+        return {"passed": self.passed, "reason": self.reason, "base_passed": self.base_passed}
+
+
+def deadline_key(seconds: float) -> int:
+    """Outside deadlines share verifiers: whole seconds up to 8 s, then powers of two."""
+    whole = max(1, math.ceil(seconds))
+    return whole if whole <= 8 else 1 << (whole - 1).bit_length()
 
 
 MAX_CHARS = 20_000_000
@@ -74,38 +89,6 @@ LCB_IMPORTS = (
 
 FLOAT_LITERALS = "inf = float('inf')\nnan = float('nan')\n"
 
-COMPARE = '''
-import copy as _copy
-def _is_floats(x):
-    if isinstance(x, float):
-        return True
-    return isinstance(x, (list, tuple)) and len(x) > 0 and all(isinstance(v, float) for v in x)
-def _flat(x):
-    return list(x) if isinstance(x, (list, tuple)) else [x]
-def _close(out, exp, atol):
-    if type(out) != type(exp) and not (isinstance(out, (int, float)) and isinstance(exp, (int, float))):
-        return False
-    a, b = _flat(out), _flat(exp)
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if not isinstance(x, (int, float)) or not isinstance(y, (int, float)):
-            if x != y:
-                return False
-        elif not abs(x - y) <= atol + 1e-7 * abs(y):
-            return False
-    return True
-def _same(out, exp, args):
-    if _ENTRY_NAME == "find_zero":
-        return abs(poly(args[0], out)) <= (_ATOL or 1e-6)
-    if out == exp:
-        return True
-    if _ATOL == 0 and _is_floats(exp):
-        return _close(out, exp, 1e-6)
-    if _ATOL != 0:
-        return _close(out, exp, _ATOL)
-    return False
-'''
 
 STDIO = '''
 class _Input:
@@ -355,17 +338,19 @@ def _reason(result: ExecResult) -> str:
 
 class CodeJudge:
     """Judges candidate programs for :class:`CodeProblem` s through sandbox ``Verifier`` s (one per
-    distinct time limit, rounded up to whole seconds, made on first use and reused)."""
+    distinct outside deadline, ``deadline_key``, made on first use and reused)."""
 
     def __init__(self, limits: JudgeLimits = JudgeLimits()):
         self.limits = limits
         self._verifiers: dict[int, Verifier] = {}
-        self.expected: dict[str, str] = {}  # evalplus task source -> repr of the reference outputs
-        self.time_limit: dict[str, float] = {}
+        self.cache = ReferenceCache(limits.cache_dir)
+        self.references: dict[str, Reference] = {}  # evalplus task source -> its reference run
+        self.time_limit: dict[str, float] = {}  # per-run limit of the other layouts
         self.data_errors: dict[str, str] = {}
+        self.measured = 0  # evalplus references run here (not found in the cache)
 
     def _verifier(self, timeout_s: float) -> Verifier:
-        key = max(1, math.ceil(timeout_s))
+        key = deadline_key(timeout_s)
         if key not in self._verifiers:
             self._verifiers[key] = Verifier(timeout_s=key, memory_mb=self.limits.memory_mb, max_output_chars=MAX_CHARS,
                                             max_program_chars=MAX_CHARS, workers=self.limits.workers,
@@ -384,11 +369,11 @@ class CodeJudge:
         self.close()
 
     def _execute(self, runs: Sequence[tuple[str, float]]) -> list[ExecResult]:
-        """Run (program, time limit) pairs, one process each, batched per limit; results in order."""
+        """Run (program, outside deadline) pairs, one process each, batched per deadline; results in order."""
         results: list[ExecResult | None] = [None] * len(runs)
         groups: dict[int, list[int]] = {}
         for i, (_, limit) in enumerate(runs):
-            groups.setdefault(max(1, math.ceil(limit)), []).append(i)
+            groups.setdefault(deadline_key(limit), []).append(i)
         for key, indices in groups.items():
             out = self._verifier(key).execute_many([(runs[i][0], "") for i in indices], repeats=1)
             for i, r in zip(indices, out):
@@ -396,30 +381,71 @@ class CodeJudge:
         return results  # type: ignore[return-value]
 
     # -- references --------------------------------------------------------------------------
+    def limits_of(self, p: CodeProblem) -> tuple[list[float], list[float]]:
+        """Per-input limits (base, plus) of an evalplus task: ``max(floor, factor * t_ref)``."""
+        ref = self.references[p.source]
+        return (rules.time_limits(list(ref.time_base), self.limits.floor_s, self.limits.factor),
+                rules.time_limits(list(ref.time_plus), self.limits.floor_s, self.limits.factor))
+
     def prepare(self, problems: Sequence[CodeProblem]) -> None:
-        """Run each task's reference once: evalplus expected outputs, and every task's time limit
-        ``max(floor, factor * t_ref)``. A reference that fails is a data error of that task."""
-        todo = [p for p in problems if p.source not in self.time_limit]
+        """Each task's reference, once: evalplus tasks' outputs and per-input times (from the cache
+        of their file, else measured in the sandbox and added to it); the other layouts' per-run
+        limit ``max(floor, factor * t_ref)``. A reference that fails is a data error of that task."""
+        generous = max(self.limits.floor_s, 10.0) * 3
         runs, owners = [], []
-        for p in todo:
-            if p.layout == "livecodebench" or p.reference is None:
+        for p in problems:
+            if p.source in self.references or p.source in self.time_limit or p.source in self.data_errors:
+                continue
+            if p.layout == "evalplus":
+                cached = self.cache.get(p.file_digest).get(p.task_id) if p.file_digest else None
+                if cached is not None:
+                    self._take_reference(p, cached)
+                    continue
+                code = with_expression_eval(with_sys_standin(f"{FLOAT_LITERALS}{p.reference}"))
+                not_none = rules.dataset_of(p.task_id) == "mbpp" and p.entry_point in rules.MBPP_OUTPUT_NOT_NONE_TASKS
+                program = rules.reference_program(code, p.entry_point, p.base_inputs, p.plus_inputs, not_none)
+            elif p.layout == "livecodebench" or p.reference is None:
                 self.time_limit[p.source] = self.limits.livecodebench_timeout_s if p.layout == "livecodebench" else self.limits.floor_s
                 continue
-            generous = max(self.limits.floor_s, 10.0) * 3
-            if p.layout == "evalplus":
-                program = (f"{FLOAT_LITERALS}{p.reference}\n\nimport copy as _copy\n_INPUTS = {p.inputs!r}\n"
-                           f"_ENTRY = {p.entry_point}\ndef f():\n    return [_ENTRY(*_copy.deepcopy(a)) for a in _INPUTS]\n")
             else:
                 program = self._check_program(p, with_expression_eval(p.reference))
             runs.append((program, generous))
             owners.append(p)
+        measured: dict[str, dict[str, Reference]] = {}
         for p, result in zip(owners, self._execute(runs)):
-            limit = max(self.limits.floor_s, self.limits.factor * result.wall_s)
-            self.time_limit[p.source] = limit
-            if not result.ok:
-                self.data_errors[p.source] = f"the reference solution of {p.task_id} ({p.source}) fails: {_reason(result)}"
-            elif p.layout == "evalplus":
-                self.expected[p.source] = result.output or "[]"
+            if p.layout != "evalplus":
+                self.time_limit[p.source] = max(self.limits.floor_s, self.limits.factor * result.wall_s)
+                if not result.ok:
+                    self.data_errors[p.source] = f"the reference solution of {p.task_id} ({p.source}) fails: {_reason(result)}"
+                continue
+            self.measured += 1
+            reference = self._reference_of(p, result)
+            self._take_reference(p, reference)
+            if p.file_digest:
+                measured.setdefault(p.file_digest, {})[p.task_id] = reference
+        for digest, tasks in measured.items():
+            self.cache.add(digest, tasks)
+
+    @staticmethod
+    def _reference_of(p: CodeProblem, result: ExecResult) -> Reference:
+        if not result.ok:
+            return Reference(error=f"fails on its own inputs: {_reason(result)}")
+        (base, time_base), (plus, time_plus) = ast.literal_eval(result.output)
+        for text in (base, plus):
+            try:
+                ast.parse(text, mode="eval")
+            except (SyntaxError, ValueError, RecursionError):
+                return Reference(error=f"an output's repr is not Python source: {text[:120]}")
+        if len(time_base) != len(p.base_inputs) or len(time_plus) != len(p.plus_inputs):
+            return Reference(error="the reference did not answer every input")
+        return Reference(base, plus, tuple(time_base), tuple(time_plus))
+
+    def _take_reference(self, p: CodeProblem, reference: Reference) -> None:
+        if reference.error or len(reference.time_base) != len(p.base_inputs) or len(reference.time_plus) != len(p.plus_inputs):
+            why = reference.error or "the cached reference does not match the task's inputs"
+            self.data_errors[p.source] = f"the reference solution of {p.task_id} ({p.source}) {why}"
+        else:
+            self.references[p.source] = reference
 
     # -- candidates --------------------------------------------------------------------------
     def _check_program(self, p: CodeProblem, full_code: str) -> str:
@@ -430,15 +456,13 @@ class CodeJudge:
         asserts = [l for l in lines if l not in top]
         return "\n".join([full_code, "", *top, "def f():", *("    " + a for a in asserts), "    return True", ""])
 
-    def _evalplus_program(self, p: CodeProblem, full_code: str) -> str:
-        return (
-            f"{FLOAT_LITERALS}{full_code}\n_ENTRY = {p.entry_point}\n{COMPARE}\n_ENTRY_NAME = {p.entry_point!r}\n_ATOL = {p.atol!r}\n"
-            f"_INPUTS = {p.inputs!r}\n_EXPECTED = {self.expected[p.source]}\n"
-            "def f():\n    for _i, _args in enumerate(_INPUTS):\n"
-            "        _out = _ENTRY(*_copy.deepcopy(_args))\n"
-            "        if not _same(_out, _EXPECTED[_i], _args):\n"
-            "            return ('fail', _i, repr(_out)[:200])\n    return ('pass',)\n"
-        )
+    def _evalplus_program(self, p: CodeProblem, code: str) -> tuple[str, float]:
+        """The candidate's program and its outside deadline (the base part's plus the plus part's)."""
+        ref = self.references[p.source]
+        limits_base, limits_plus = self.limits_of(p)
+        program = rules.candidate_program(f"{FLOAT_LITERALS}{code}", p.task_id, p.entry_point, p.atol, p.base_inputs,
+                                          p.plus_inputs, ref.expected_base, ref.expected_plus, limits_base, limits_plus)
+        return program, rules.part_deadline(limits_base) + rules.part_deadline(limits_plus)
 
     def judge(self, items: Sequence[tuple[CodeProblem, str | None]]) -> list[Outcome]:
         """Verdicts for (problem, candidate code) pairs; code None means no code was found in the answer."""
@@ -448,9 +472,10 @@ class CodeJudge:
         plan: list[tuple[int, str, Any]] = []  # (item index, kind, data) per run
         for i, (p, code) in enumerate(items):
             if p.source in self.data_errors:
-                outcomes[i] = Outcome(False, f"data error: {self.data_errors[p.source]}")
+                outcomes[i] = Outcome(False, f"data error: {self.data_errors[p.source]}",
+                                      base_passed=False if p.layout == "evalplus" else None)
             elif code is None or not code.strip():
-                outcomes[i] = Outcome(False, "no code block in the answer")
+                outcomes[i] = Outcome(False, "no code block in the answer", base_passed=False if p.layout == "evalplus" else None)
             elif p.layout == "livecodebench":
                 for t, test in enumerate(p.tests):
                     if test["testtype"] == "functional":
@@ -467,28 +492,57 @@ class CodeJudge:
                             break
                         runs.append((program, self.time_limit[p.source]))
                     plan.append((i, test["testtype"], (t, test["output"])))
+            elif p.layout == "evalplus":
+                runs.append(self._evalplus_program(p, with_expression_eval(with_sys_standin(code))))
+                plan.append((i, p.layout, code))
             else:
                 full = with_expression_eval(with_sys_standin(assemble(p, code)))
-                program = self._evalplus_program(p, full) if p.layout == "evalplus" else self._check_program(p, full)
-                runs.append((program, self.time_limit[p.source]))
+                runs.append((self._check_program(p, full), self.time_limit[p.source]))
                 plan.append((i, p.layout, None))
         results = self._execute(runs)
         for (i, kind, data), result in zip(plan, results):
             if outcomes[i] is not None and not outcomes[i].passed:
                 continue  # an earlier test of this item already failed
             outcomes[i] = self._verdict(kind, data, result)
+        self._base_after_timeouts(items, plan, results, outcomes)
         return [o if o is not None else Outcome(False, "not run") for o in outcomes]
+
+    def _base_after_timeouts(self, items: Sequence[tuple[CodeProblem, str | None]], plan: list[tuple[int, str, Any]],
+                             results: list[ExecResult], outcomes: list[Outcome | None]) -> None:
+        """evalplus runs the base and the plus inputs in two processes, so a hang in the plus part
+        leaves the base verdict standing. Here both parts share one process; a run killed at its
+        outside deadline is run again on the base inputs alone (under the base part's deadline)
+        to get that base verdict."""
+        again = [(i, code) for (i, kind, code), r in zip(plan, results) if kind == "evalplus" and r.status.value == "timeout"]
+        if not again:
+            return
+        runs = []
+        for i, code in again:
+            p = items[i][0]
+            ref = self.references[p.source]
+            limits_base, _ = self.limits_of(p)
+            program = rules.candidate_program(f"{FLOAT_LITERALS}{with_expression_eval(with_sys_standin(code))}", p.task_id,
+                                              p.entry_point, p.atol, p.base_inputs, [], ref.expected_base, "[]", limits_base, [])
+            runs.append((program, rules.part_deadline(limits_base)))
+        for (i, _), result in zip(again, self._execute(runs)):
+            base = self._verdict("evalplus", None, result)
+            hung = "base" if not base.passed else "plus"
+            reason = (f"timeout: the {hung} part ran past the sum of its inputs' limits (killed from outside; "
+                      f"the input that hung cannot be named from outside the process)")
+            outcomes[i] = Outcome(False, reason if base.passed or result.status.value == "timeout" else base.reason,
+                                  base_passed=base.passed)
 
     @staticmethod
     def _verdict(kind: str, data: Any, result: ExecResult) -> Outcome:
         if not result.ok:
             where = f"test {data[0]}: " if data else ""
+            if kind == "evalplus":
+                return Outcome(False, _reason(result), base_passed=False)
             return Outcome(False, where + _reason(result))
         value = ast.literal_eval(result.output) if result.output is not None else None
         if kind == "evalplus":
-            if value == ("pass",):
-                return Outcome(True)
-            return Outcome(False, f"wrong answer on input {value[1]}: got {value[2]}")
+            base_ok, plus_ok, reason = rules.describe(value)
+            return Outcome(plus_ok, reason, base_passed=base_ok)
         if kind in ("check", "mbpp_asserts"):
             return Outcome(True)
         t, expected = data

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from evaluation.references import file_digest
+
 CODE_BENCHMARKS = ("humaneval+", "mbpp+", "humaneval", "mbpp", "livecodebench")
 MATH_BENCHMARKS = ("math500", "gsm8k", "aime24", "aime25", "amc23", "minerva", "olympiadbench")
 BENCHMARKS = CODE_BENCHMARKS + MATH_BENCHMARKS
@@ -63,12 +65,19 @@ class CodeProblem:
     entry_point: str = ""
     prefix: str = ""
     reference: str | None = None
-    inputs: list[Any] = field(default_factory=list)  # evalplus: base + plus argument lists, deserialised
+    base_inputs: list[Any] = field(default_factory=list)  # evalplus: argument lists, deserialised
+    plus_inputs: list[Any] = field(default_factory=list)
     atol: float = 0.0
     test: str = ""  # check layout: the test code; mbpp_asserts: imports and asserts
     tests: list[dict[str, str]] = field(default_factory=list)  # livecodebench: public + private
     func_name: str = ""  # livecodebench functional tests
     starter_code: str = ""
+    file_digest: str = ""  # sha256 of the benchmark file (the reference cache's key)
+
+    @property
+    def inputs(self) -> list[Any]:
+        """Every argument list: base then plus."""
+        return self.base_inputs + self.plus_inputs
 
 
 @dataclass
@@ -157,8 +166,10 @@ def load_benchmark(benchmark: str, paths: list[Path]) -> list[Problem]:
     problems: list[Problem] = []
     want = "math" if benchmark in MATH_BENCHMARKS else "code"
     for path in paths:
+        digest = file_digest(path) if path.is_file() else ""
         for number, row in read_jsonl(path):
-            where = f"{path}:{number}"
+            task = row.get("task_id", row.get("question_id"))
+            where = f"{path}:{number}" + (f" (task {task})" if isinstance(task, (str, int)) else "")
             layout = detect_layout(row)
             if layout is None:
                 raise BenchmarkFileError(
@@ -168,7 +179,10 @@ def load_benchmark(benchmark: str, paths: list[Path]) -> list[Problem]:
             family = "math" if layout.startswith("math:") else "code"
             if family != want:
                 raise BenchmarkFileError(f"{where}: {benchmark} is a {want} benchmark but this row is a {family} row ({layout})")
-            problems.append(_READERS[layout.split(":")[0]](benchmark, layout, row, where, len(problems)))
+            problem = _READERS[layout.split(":")[0]](benchmark, layout, row, where, len(problems))
+            if isinstance(problem, CodeProblem):
+                problem.file_digest = digest
+            problems.append(problem)
     if not problems:
         raise BenchmarkFileError(f"{', '.join(map(str, paths))}: no rows")
     return problems
@@ -178,24 +192,27 @@ def _evalplus(benchmark: str, layout: str, row: dict[str, Any], where: str, inde
     _need(row, where, "task_id", "prompt", "entry_point", "canonical_solution")
     _need(row, where, "base_input", "plus_input", kind=list)
     task_id = row["task_id"]
-    inputs = list(row["base_input"]) + list(row["plus_input"])
-    for k, args in enumerate(inputs):
-        if not isinstance(args, list):
-            raise BenchmarkFileError(f"{where}: input {k} of {task_id} is not an argument list")
+    parts: dict[str, list[Any]] = {}
+    for part in ("base_input", "plus_input"):
+        inputs = list(row[part])
+        for k, args in enumerate(inputs):
+            if not isinstance(args, list):
+                raise BenchmarkFileError(f"{where}: {part}[{k}] is not an argument list")
+        if task_id.lower().startswith("mbpp/"):
+            try:
+                inputs = mbpp_deserialize(task_id, inputs)
+            except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
+                raise BenchmarkFileError(f"{where}: {part} cannot be deserialised ({type(exc).__name__}: {exc})") from None
+        parts[part] = inputs
     mbpp = task_id.lower().startswith("mbpp/")
-    if mbpp:
-        try:
-            inputs = mbpp_deserialize(task_id, inputs)
-        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
-            raise BenchmarkFileError(f"{where}: inputs of {task_id} cannot be deserialised ({exc})") from None
     prompt, solution = row["prompt"], row["canonical_solution"]
     atol = row.get("atol") or 0.0
     if not isinstance(atol, (int, float)):
         raise BenchmarkFileError(f"{where}: atol should be a number, got {atol!r}")
     return CodeProblem(
         benchmark, task_id, layout, prompt, where, entry_point=row["entry_point"],
-        prefix="" if mbpp else prompt, reference=solution if mbpp else prompt + solution,
-        inputs=inputs, atol=float(atol),
+        prefix="" if mbpp else prompt, reference=prompt + solution,
+        base_inputs=parts["base_input"], plus_inputs=parts["plus_input"], atol=float(atol),
     )
 
 

@@ -20,7 +20,7 @@ from evaluation.code_judge import CodeJudge, Outcome
 from evaluation.datasets import CodeProblem, MathProblem, Problem
 from evaluation.math_grade import MathGrader, extract_answer
 from evaluation.passk import mean_pass_at_k
-from evaluation.prompts import extract_code, render, user_text
+from evaluation.prompts import code_for, render, user_text
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,16 @@ def ks_for(samples: int) -> list[int]:
 def _score(problems: Sequence[Problem], outcomes: list[list[Outcome]], samples: int, responses: list[list[str]] | None) -> dict[str, Any]:
     counts = [(len(o), sum(x.passed for x in o)) for o in outcomes]
     out: dict[str, Any] = {f"pass@{k}": mean_pass_at_k(counts, k) for k in ks_for(samples)}
+    has_base = any(x.base_passed is not None for o in outcomes for x in o)
+    if has_base:  # evalplus: pass@k above is the plus score (base and plus inputs); this is base only
+        base_counts = [(len(o), sum(bool(x.base_passed) for x in o)) for o in outcomes]
+        out.update({f"base_pass@{k}": mean_pass_at_k(base_counts, k) for k in ks_for(samples)})
     out["n"] = len(problems)
     out["samples"] = samples
+    out["data_errors"] = sorted({p.task_id for p, o in zip(problems, outcomes) for x in o if x.reason.startswith("data error")})
     out["tasks"] = [
         {"task_id": p.task_id, "passed": [x.passed for x in o], "reasons": [x.reason for x in o],
+         **({"base_passed": [x.base_passed for x in o]} if has_base else {}),
          **({"responses": [r[:2000] for r in responses[i]]} if responses is not None else {})}
         for i, (p, o) in enumerate(zip(problems, outcomes))
     ]
@@ -69,7 +75,7 @@ def judge_answers(problems: Sequence[Problem], answers: list[list[str]], judge: 
                 ok, reason = grader.grade(p.answer, extract_answer(text))
                 outcomes[i].append(Outcome(ok, reason))
             else:
-                code_items.append((p, extract_code(text)))
+                code_items.append((p, code_for(p, text)))
                 where.append(i)
     if code_items:
         for i, outcome in zip(where, judge.judge(code_items)):

@@ -4,8 +4,9 @@ A benchmark prompt is its own template (not a self-play task prompt); the two st
 ``verifier.prompt_styles``: ``r1`` for base models (the R1 conversation layout, reasoning in
 ``<think>``, the answer in ``<answer>``, ending in ``Assistant: <think>``) and ``chat`` for chat
 models (the tokenizer's chat template, checked by ``prompt_styles.check_chat_template``). Math asks
-for the final answer in ``\\boxed{}`` inside ``<answer>``. Code is taken from the last fenced block
-of the answer (inside the last ``<answer>`` when there is one).
+for the final answer in ``\\boxed{}`` inside ``<answer>``. Code (``code_for``) is evalplus's
+sanitised answer for HumanEval+ / MBPP+, else the last fenced block of the answer (inside the last
+``<answer>`` when there is one).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from typing import Any
 
 from evaluation.datasets import CodeProblem, MathProblem, Problem
+from evaluation.sanitize import sanitize
 from verifier.prompt_styles import THINK, check_chat_template
 
 FRAMING = (
@@ -51,6 +53,22 @@ def render(style: str, user: str, tokenizer: Any = None) -> str:
         messages = [{"role": "system", "content": FRAMING}, {"role": "user", "content": user}]
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     raise ValueError(f"unknown benchmark prompt style {style!r}; use 'r1' or 'chat'")
+
+
+def answer_region(response: str) -> str:
+    """The text inside the last ``<answer>`` (to its end when unclosed), else the whole response."""
+    answers = ANSWER.findall(response)
+    return answers[-1] if answers else response
+
+
+def code_for(problem: CodeProblem, response: str) -> str | None:
+    """The code judged for ``problem``: evalplus-layout tasks get evalplus's sanitiser on the answer
+    (``evaluation.sanitize``: longest parseable window, then what the entry point reaches); the
+    other layouts the last fenced block (LiveCodeBench's rule)."""
+    if problem.layout == "evalplus":
+        code = sanitize(answer_region(response), problem.entry_point)
+        return code if code.strip() else None
+    return extract_code(response)
 
 
 def extract_code(response: str) -> str | None:

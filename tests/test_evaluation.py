@@ -28,9 +28,16 @@ from test_verifier_sandbox import ESCAPE_TO_OS
 ALL = "humaneval+,mbpp+,humaneval,mbpp,livecodebench,math500,gsm8k,aime24,amc23,minerva,olympiadbench"
 
 
+@pytest.fixture(autouse=True)
+def _cache_in_tmp(tmp_path, monkeypatch):
+    """Reference times are cached under $XDG_CACHE_HOME: a fresh one per test."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
 @pytest.fixture(scope="module")
-def judge():
-    with CodeJudge(JudgeLimits(floor_s=2.0, factor=4.0, livecodebench_timeout_s=2.0, workers=2)) as j:
+def judge(tmp_path_factory):
+    limits = JudgeLimits(floor_s=2.0, factor=4.0, livecodebench_timeout_s=2.0, workers=2, cache_dir=tmp_path_factory.mktemp("cache"))
+    with CodeJudge(limits) as j:
         yield j
 
 
@@ -78,8 +85,8 @@ def test_wrong_solutions_fail_in_every_layout(data, judge):
     asserts = load_benchmark("mbpp", [data / "mbpp.jsonl"])
     lcb = load_benchmark("livecodebench", [data / "livecodebench/test.jsonl"])
     items = [
-        (he[0], "    return (a + b) / 2 + 1e-9\n"),  # within the 1e-6 float rule: right
-        (he[0], "    return (a + b) / 2 + 1e-3\n"),
+        (he[0], "def add_halves(a, b):\n    return (a + b) / 2 + 1e-9\n"),  # within the 1e-6 float rule: right
+        (he[0], "def add_halves(a, b):\n    return (a + b) / 2 + 1e-3\n"),
         (he[1], "def find_zero(xs):\n    return 0.123\n"),
         (mbpp[0], "def similar_elements(a, b):\n    return tuple(set(a) | set(b))\n"),
         (mbpp[1], "def is_not_prime(n):\n    return n % 2 == 0\n"),
@@ -92,16 +99,16 @@ def test_wrong_solutions_fail_in_every_layout(data, judge):
     outcomes = judge.judge(items)
     assert outcomes[0].passed, outcomes[0]
     assert [o.passed for o in outcomes[1:]] == [False] * 9, outcomes
-    assert "wrong answer on input" in outcomes[1].reason
+    assert outcomes[1].reason.startswith("wrong answer on base input 0")
     assert outcomes[7].reason.startswith("test 1:")  # the public test passed, the first private one failed
     assert outcomes[9].reason == "no code block in the answer"
 
 
-def test_time_limits_follow_the_reference_time(data, judge):
+def test_a_hang_is_killed_at_the_sum_of_the_limits(data, judge):
     he = load_benchmark("humaneval+", [data / "HumanEvalPlus-v0.1.10.jsonl.gz"])
-    [outcome] = judge.judge([(he[0], "    while True:\n        pass\n")])
-    assert not outcome.passed and outcome.reason.startswith("timeout")
-    assert judge.time_limit[he[0].source] == pytest.approx(2.0)  # max(floor 2 s, 4 x a few ms)
+    [outcome] = judge.judge([(he[0], "def add_halves(a, b):\n    while True:\n        pass\n")])
+    assert not outcome.passed and outcome.base_passed is False and outcome.reason.startswith("timeout: the base part")
+    assert judge.limits_of(he[0]) == ([2.0, 2.0], [2.0])  # max(floor 2 s, 4 x a few microseconds) per input
 
 
 HOSTILE = [
@@ -120,7 +127,7 @@ def test_hostile_answers_are_contained(judge, tmp_path):
     from evaluation.datasets import CodeProblem
 
     problem = CodeProblem("humaneval+", "hostile/0", "evalplus", "", "hostile:1", entry_point="f",
-                          reference="def f(a):\n    return a\n", inputs=[[0]])
+                          reference="def f(a):\n    return a\n", base_inputs=[[0]])
     escapes = [ESCAPE_TO_OS.format(op=op) for op in (f"os.remove({str(canary)!r})", f"os.system('touch {canary}.new')", "os.kill(os.getppid(), 9)")]
     stdin_task = load_benchmark("livecodebench", [files.livecodebench(tmp_path / "lcb.jsonl")])[0]
     items = [(problem, code) for code in HOSTILE + escapes]
@@ -139,11 +146,11 @@ def test_hostile_answers_are_contained(judge, tmp_path):
     "name, lines, message",
     [
         ("humaneval+", ['{"task_id": "HumanEval/0", "prompt": "p", "entry_point": "f", "canonical_solution": "", "base_input": 3, "plus_input": []}'],
-         r"x\.jsonl:1: field 'base_input' should be list"),
+         r"x\.jsonl:1 \(task HumanEval/0\): field 'base_input' should be list"),
         ("mbpp+", ["", "{not json"], r"x\.jsonl:2: not a JSON object"),
         ("math500", ['{"problem": "1+1?", "answer": "2"}', '{"title": "?"}'], r"x\.jsonl:2: fields \['title'\] match no known"),
         ("gsm8k", ['{"task_id": "HumanEval/1", "prompt": "p", "entry_point": "f", "canonical_solution": "", "test": "def check(c): pass"}'],
-         r"x\.jsonl:1: gsm8k is a math benchmark but this row is a code row"),
+         r"x\.jsonl:1 \(task HumanEval/1\): gsm8k is a math benchmark but this row is a code row"),
         ("livecodebench", ['{"question_content": "q", "public_test_cases": "[]", "private_test_cases": "@@@", "metadata": "{}"}'],
          r"x\.jsonl:1: private_test_cases is neither JSON"),
     ],
