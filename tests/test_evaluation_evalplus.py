@@ -1,0 +1,206 @@
+"""HumanEval+ / MBPP+ judged as evalplus main @ 26d6d00 judges them (``evaluation.evalplus_rules``):
+every special oracle, the float rules, per-input time limits, base and plus verdicts, the reference
+cache and data errors, and the sanitiser. Every file is written here in the release layout; every
+program runs in the real sandbox."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evaluation.code_judge import CodeJudge, JudgeLimits
+from evaluation.datasets import load_benchmark
+from evaluation.harness import oracle
+from evaluation.references import file_digest
+from evaluation.sanitize import longest_parseable, sanitize
+from evaluation_files import write_jsonl
+
+
+def row(task_id: str, entry: str, solution: str, base: list, plus: list, atol: float = 0, prompt: str = "") -> dict:
+    return {"task_id": task_id, "prompt": prompt or f'"""\nTask {task_id}.\n"""\n', "entry_point": entry, "canonical_solution": solution,
+            "base_input": base, "plus_input": plus, "atol": atol, "contract": ""}
+
+
+MBPP_ROWS = [
+    # set-compared (MBPP_OUTPUT_SET_EQ_TASKS); Mbpp/7's reference returns a list in one order
+    row("Mbpp/7", "find_char_long", "import re\ndef find_char_long(text):\n    return re.findall(r'\\b\\w{4,}\\b', text)\n",
+        [["Please move back to stream"]], [["Jing Eco and Tech"]]),
+    # not None (MBPP_OUTPUT_NOT_NONE_TASKS): the reference returns a match object or None
+    row("Mbpp/737", "check_str", "import re\ndef check_str(string):\n    return re.search('^[aeiouAEIOU][A-Za-z0-9_]*', string)\n",
+        [["annie"], ["dawood"]], [["Else"]]),
+    # alternative answers
+    row("Mbpp/295", "sum_div", "def sum_div(number):\n    return sum(d for d in range(1, number) if number % d == 0)\n", [[8], [12]], [[7]]),
+    row("Mbpp/164", "are_equivalent", "def are_equivalent(a, b):\n    return a == b\n", [[36, 57]], [[2, 4]]),
+    row("Mbpp/581", "surface_Area", "def surface_Area(b, s):\n    return 2 * b * s + b ** 2\n", [[3, 4]], [[4, 5]]),
+    row("Mbpp/558", "digit_distance_nums",
+        "def digit_distance_nums(n1, n2):\n    return sum(abs(int(a) - int(b)) for a, b in zip(str(n1), str(n2)))\n",
+        [[123, 256]], [[123, 45]]),
+    # a tolerance from the row: allclose(rtol=1e-7, atol) after the same type and length
+    row("Mbpp/900", "halves", "def halves(xs):\n    return [x / 2 for x in xs]\n", [[[1, 2, 3]]], [[[10, 20]]], atol=1e-3),
+    # slow on one plus input only (a per-input limit catches it)
+    row("Mbpp/901", "square", "def square(n):\n    return n * n\n", [[2], [3]], [[4], [7], [5]]),
+    # a reference that fails on its own input: a data error of this task only
+    row("Mbpp/902", "inverse", "def inverse(x):\n    return 1 / x\n", [[2]], [[0]]),
+]
+
+HE_POLY = ("import math\n\ndef poly(xs, x):\n    return sum(c * math.pow(x, i) for i, c in enumerate(xs))\n\n"
+           'def find_zero(xs):\n    """A zero of the polynomial with coefficients xs."""\n')
+HE_ROWS = [
+    row("HumanEval/32", "find_zero",
+        "    lo, hi = -1.0, 1.0\n    while poly(xs, lo) * poly(xs, hi) > 0:\n        lo, hi = 2 * lo, 2 * hi\n"
+        "    for _ in range(100):\n        mid = (lo + hi) / 2\n        if poly(xs, mid) * poly(xs, lo) > 0:\n            lo = mid\n"
+        "        else:\n            hi = mid\n    return lo\n",
+        [[[1, 2]], [[-6, 11, -6, 1]]], [[[5, -1]]], atol=1e-6, prompt=HE_POLY),
+]
+
+# (task id, answer, passes): right answers that only the task's special rule accepts, and wrong ones
+CASES = [
+    ("Mbpp/7", "def find_char_long(text):\n    return sorted(w for w in text.split() if len(w) >= 4)[::-1]\n", True),
+    ("Mbpp/7", "def find_char_long(text):\n    return [w for w in text.split() if len(w) >= 3]\n", False),
+    ("Mbpp/737", "def check_str(s):\n    return 'yes' if s[0] in 'aeiouAEIOU' else None\n", True),
+    ("Mbpp/737", "def check_str(s):\n    return s[0] in 'aeiouAEIOU'\n", True),  # a bool must equal "not None"
+    ("Mbpp/737", "def check_str(s):\n    return s[0] not in 'aeiouAEIOU'\n", False),
+    ("Mbpp/737", "def check_str(s):\n    return 'always'\n", False),
+    ("Mbpp/295", "def sum_div(n):\n    return 0\n", True),  # evalplus accepts 0 besides the sum
+    ("Mbpp/295", "def sum_div(n):\n    return sum(d for d in range(1, n + 1) if n % d == 0)\n", False),
+    ("Mbpp/164", "def are_equivalent(a, b):\n    return 'anything'\n", True),
+    ("Mbpp/164", "def are_equivalent(a, b):\n    return 1 / 0\n", False),  # an exception still fails
+    ("Mbpp/581", "import math\ndef surface_Area(b, h):\n    return round(b * b + 2 * b * math.sqrt((b / 2) ** 2 + h * h))\n", True),
+    ("Mbpp/581", "def surface_Area(b, h):\n    return b * b\n", False),
+    ("Mbpp/558", "def digit_distance_nums(a, b):\n    x, y = str(a), str(b)\n    w = max(len(x), len(y))\n"
+     "    return sum(abs(int(p) - int(q)) for p, q in zip(x.zfill(w), y.zfill(w)))\n", True),
+    ("Mbpp/558", "def digit_distance_nums(a, b):\n    return abs(a - b)\n", False),
+    ("Mbpp/900", "def halves(xs):\n    return [x / 2 + 5e-4 for x in xs]\n", True),
+    ("Mbpp/900", "def halves(xs):\n    return tuple(x / 2 for x in xs)\n", False),  # same type first
+    ("Mbpp/900", "def halves(xs):\n    return [x / 2 + 5e-3 for x in xs]\n", False),
+    ("HumanEval/32", "def find_zero(xs):\n    lo, hi = -100.0, 100.0\n    f = lambda x: sum(c * x ** i for i, c in enumerate(xs))\n"
+     "    for _ in range(200):\n        mid = (lo + hi) / 2\n        if f(mid) * f(lo) > 0:\n            lo = mid\n"
+     "        else:\n            hi = mid\n    return hi\n", True),  # another root, judged by |poly(xs, out)| <= atol
+    ("HumanEval/32", "def find_zero(xs):\n    return 0.123\n", False),
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("evalplus")
+    return {"mbpp+": write_jsonl(root / "MbppPlus.jsonl", MBPP_ROWS), "humaneval+": write_jsonl(root / "HumanEvalPlus.jsonl.gz", HE_ROWS, gz=True)}
+
+
+@pytest.fixture(scope="module")
+def problems(files) -> dict[str, object]:
+    return {p.task_id: p for name, path in files.items() for p in load_benchmark(name, [path])}
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    with CodeJudge(JudgeLimits(floor_s=0.25, factor=4.0, workers=2, cache_dir=cache)) as j:
+        yield j
+
+
+def test_every_special_rule_accepts_the_right_answer_and_rejects_the_wrong_one(problems, judge):
+    outcomes = judge.judge([(problems[task], sanitize(f"```python\n{code}```", problems[task].entry_point)) for task, code, _ in CASES])
+    got = [(task, o.passed) for (task, _, _), o in zip(CASES, outcomes)]
+    assert got == [(task, ok) for task, _, ok in CASES], [(t, o.reason) for (t, _, _), o in zip(CASES, outcomes)]
+    assert all(o.base_passed is not None for o in outcomes)
+
+
+def test_oracle_is_100_percent_and_the_reference_data_error_is_named(problems, judge):
+    score = oracle(list(problems.values()), judge, None)
+    assert score["data_errors"] == ["Mbpp/902"]
+    assert score["n"] == len(MBPP_ROWS) + len(HE_ROWS)
+    assert score["pass@1"] == score["base_pass@1"] == pytest.approx((score["n"] - 1) / score["n"])
+    failing = [t for t in score["tasks"] if not t["passed"][0]]
+    assert [t["task_id"] for t in failing] == ["Mbpp/902"]
+    assert "data error" in failing[0]["reasons"][0] and "ZeroDivisionError" in failing[0]["reasons"][0]
+
+
+def test_each_input_has_its_own_limit_and_the_first_one_over_it_is_named(problems, judge):
+    slow = "def square(n):\n    if n == 7:\n        x = 0\n        for i in range(6_000_000):\n            x += i\n    return n * n\n"
+    wrong_plus = "def square(n):\n    return n * n if n < 4 else 0\n"
+    late_error = "def square(n):\n    return n * n if n != 3 else None.x\n"
+    slow_out, wrong_out, error_out = judge.judge([(problems["Mbpp/901"], slow), (problems["Mbpp/901"], wrong_plus),
+                                                  (problems["Mbpp/901"], late_error)])
+    assert (slow_out.base_passed, slow_out.passed) == (True, False)
+    assert slow_out.reason.startswith("time limit: plus input 1 took"), slow_out.reason
+    base_limits, plus_limits = judge.limits_of(problems["Mbpp/901"])
+    assert len(base_limits) == 2 and len(plus_limits) == 3 and min(base_limits + plus_limits) >= 0.25
+    assert (wrong_out.base_passed, wrong_out.passed) == (True, False) and wrong_out.reason == "wrong answer on plus input 0: got 0"
+    assert (error_out.base_passed, error_out.passed) == (False, False)
+    assert error_out.reason.startswith("runtime error on base input 1: AttributeError")
+
+
+def test_a_hang_in_the_plus_part_keeps_the_base_verdict(problems, judge):
+    hang = "def square(n):\n    while n == 5:\n        pass\n    return n * n\n"
+    [outcome] = judge.judge([(problems["Mbpp/901"], hang)])
+    assert (outcome.base_passed, outcome.passed) == (True, False)
+    assert outcome.reason.startswith("timeout: the plus part"), outcome.reason
+
+
+def test_reference_times_are_cached_by_the_file_hash(files, tmp_path):
+    problems = load_benchmark("mbpp+", [files["mbpp+"]])
+    with CodeJudge(JudgeLimits(floor_s=0.25, workers=2, cache_dir=tmp_path)) as first:
+        first.prepare(problems)
+        assert first.measured == len(problems)
+    cached = json.loads((tmp_path / "references" / f"{file_digest(files['mbpp+'])}.json").read_text())["tasks"]
+    assert set(cached) == {p.task_id for p in problems} and "ZeroDivisionError" in cached["Mbpp/902"]["error"]
+    assert cached["Mbpp/737"]["expected_base"] == "[True, False]"  # not None, as evalplus records it
+    with CodeJudge(JudgeLimits(floor_s=0.25, workers=2, cache_dir=tmp_path)) as second:
+        second.prepare(problems)
+        assert second.measured == 0 and second.limits_of(problems[0]) == first.limits_of(problems[0])
+        assert set(second.data_errors) == {problems[-1].source}
+    edited = write_jsonl(tmp_path / "MbppPlus.jsonl", MBPP_ROWS[:1])  # another file: measured again
+    with CodeJudge(JudgeLimits(floor_s=0.25, workers=2, cache_dir=tmp_path)) as third:
+        third.prepare(load_benchmark("mbpp+", [edited]))
+        assert third.measured == 1
+
+
+# -- the sanitiser ---------------------------------------------------------------------------------
+
+
+def brute_force_window(text: str) -> str:
+    """evalplus's rule 1 by trying every (start, end) pair in order."""
+    import ast
+    import re
+
+    lines = re.sub(r"\x1b(?:[@-Z\\-_]|\[[0-?]*[ -/]*[@-~])", "", text).split("\n")
+    best, pair = 0, (0, 0)
+    for i in range(len(lines)):
+        for j in range(i + 1, len(lines)):
+            try:
+                ast.parse("\n".join(lines[i : j + 1]))
+            except SyntaxError:
+                continue
+            count = sum(1 for line in lines[i : j + 1] if line.strip())
+            if count > best:
+                best, pair = count, (i, j)
+    return "\n".join(lines[pair[0] : pair[1] + 1])
+
+
+RESPONSES = [
+    "Here is the code:\n```python\nimport math\n\ndef f(x):\n    return helper(x) + math.pi\n\ndef helper(y):\n    return y\n\n\n"
+    "def unused():\n    return 0\n\nprint(f(1))\n```\nDone.",
+    "```python\ndef g(a):\n    return a\n```\n\nand a second block\n```python\nx = 1\ny = 2\nz = 3\nw = 4\n```\n",
+    "\x1b[32mdef f(x):\x1b[0m\n    return x\n",
+    "no code at all\njust words\n",
+    "def f(x):\n    return x\n\n\n\nfoo(\n",
+    "a\n\n\ndef f():\n    return 1\n\n\n\n",
+]
+
+
+@pytest.mark.parametrize("text", RESPONSES)
+def test_the_window_is_the_one_evalplus_picks(text):
+    assert longest_parseable(text) == brute_force_window(text)
+
+
+def test_sanitize_keeps_imports_and_what_the_entry_point_reaches():
+    assert sanitize(RESPONSES[0], "f") == "import math\ndef f(x):\n    return helper(x) + math.pi\ndef helper(y):\n    return y"
+    assert sanitize(RESPONSES[1], "g") == "x = 1\ny = 2\nz = 3\nw = 4"  # the longer block wins; g is not in it
+    assert sanitize(RESPONSES[2], "f") == "def f(x):\n    return x"  # ANSI escapes removed
+    code = ("import functools\n@functools.cache\ndef fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+            "def solve(n):\n    return fib(n)\nK = 3\nK = 4\ndef no_return(n):\n    print(n)\nif __name__ == '__main__':\n    solve(3)\n")
+    # decorated definitions are dropped (evalplus's tree-sitter sees a decorated_definition); the first K stays
+    assert sanitize(code, None) == "import functools\ndef solve(n):\n    return fib(n)\nK = 3"
+    assert sanitize("def f(:\n  pass\nok", "f") == "def f(:"  # nothing parses: the first line
