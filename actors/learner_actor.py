@@ -51,7 +51,8 @@ class LearnerActor:
             base = map_cuda_base(cuda_base)
         spec = LoRASpec(rank=lora["rank"], alpha=lora["alpha"], num_slots=max(1, len(members)),
                         target_modules=tuple(lora["target_modules"]), rslora=lora["rslora"])
-        self.model = MultiLoRAModel(base, spec, init_b_std=lora["init_std"], seed=seed)
+        device = torch.device("cuda", torch.cuda.current_device()) if ray.get_gpu_ids() else torch.device("cpu")
+        self.model = MultiLoRAModel(base, spec, init_b_std=lora["init_std"], seed=seed, device=device)
         optimizers = AdapterOptimizers(self.model, lr=rl["learning_rate"], weight_decay=rl["weight_decay"],
                                        grad_clip=rl["grad_clip"])
         self.learner = PolicyLearner(

@@ -256,12 +256,20 @@ class MultiLoRALinear(nn.Module):
 
     @torch.no_grad()
     def reset_slot(self, slot: int, b_std: float = 0.0, generator: torch.Generator | None = None) -> None:
-        """PEFT's default init: A ~ kaiming_uniform(a=sqrt(5)), B = 0 (so Delta W = 0); B ~ N(0, b_std) if b_std > 0."""
-        nn.init.kaiming_uniform_(self.lora_A[slot], a=math.sqrt(5), generator=generator)
+        """PEFT's default init: A ~ kaiming_uniform(a=sqrt(5)), B = 0 (so Delta W = 0); B ~ N(0, b_std) if b_std > 0.
+
+        The draws are made on the CPU in float32 (from ``generator``, a CPU generator, or the global CPU stream) and
+        copied to the slot's device and dtype, so one seed gives the same adapter on every device: a CPU generator
+        cannot draw into CUDA memory, and CUDA's generator would give other numbers.
+        """
+        a, b = self.lora_A[slot], self.lora_B[slot]
+        drawn = torch.empty(a.shape, dtype=torch.float32)
+        nn.init.kaiming_uniform_(drawn, a=math.sqrt(5), generator=generator)
+        a.copy_(drawn)
         if b_std > 0:
-            self.lora_B[slot].normal_(0.0, b_std, generator=generator)
+            b.copy_(torch.empty(b.shape, dtype=torch.float32).normal_(0.0, b_std, generator=generator))
         else:
-            self.lora_B[slot].zero_()
+            b.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base_layer(x)
@@ -323,6 +331,34 @@ def _checkpointed_forward(forward: Callable[..., Any], router: AdapterRouter, *a
     return checkpoint(run, *args, use_reentrant=False, **kwargs)
 
 
+def check_one_device(model: nn.Module, expected: torch.device | str | None = None) -> torch.device:
+    """The one device every parameter and buffer of ``model`` is on; a clear error naming the first module that
+    is elsewhere (or, with ``expected``, the first module not on it), rather than a crash deep in a step."""
+    want = torch.device(expected) if expected is not None else None
+    first: tuple[str, torch.device] | None = None
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        here = tensor.device
+        if want is not None and not _same_device(here, want):
+            raise ValueError(f"the base's {name} is on {here}, but this learner runs on {want}: "
+                             f"load or move the whole base to {want} before wrapping it")
+        if first is None:
+            first = (name, here)
+        elif not _same_device(here, first[1]):
+            raise ValueError(f"the base's {name} is on {here} while {first[0]} is on {first[1]}: "
+                             "a base must sit on one device (move the whole model with .to(device))")
+    if first is None:
+        raise ValueError("the base model has no parameters")
+    return first[1]
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Equal devices, ``cuda`` (no index) read as the current CUDA device."""
+    def normal(d: torch.device) -> torch.device:
+        return torch.device("cuda", torch.cuda.current_device()) if d.type == "cuda" and d.index is None else d
+
+    return normal(a) == normal(b)
+
+
 class MultiLoRAModel(nn.Module):
     """A Hugging Face causal LM whose target linears are :class:`MultiLoRALinear`; the base is frozen.
 
@@ -343,8 +379,11 @@ class MultiLoRAModel(nn.Module):
         init_b_std: float = 0.0,
         dtype: torch.dtype = torch.float32,
         seed: int | None = None,
+        device: torch.device | str | None = None,
     ) -> None:
+        """``device``: where the learner runs; the base must already be there (checked, see :func:`check_one_device`)."""
         super().__init__()
+        check_one_device(model, device)
         self.model = model
         self.spec = spec
         self.router = AdapterRouter(spec.num_slots, strategy)

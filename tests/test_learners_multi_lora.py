@@ -214,3 +214,48 @@ def test_bfloat16_base_trains_float32_adapters(tiny_qwen2):
     params = model.slot_parameters(1)
     assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32 for p in params)
     assert any(p.grad.abs().max() > 0 for p in params)
+
+
+def _factors(mlm: MultiLoRAModel) -> dict[str, torch.Tensor]:
+    return {f"{path}.{slot}.{n}": t for slot in range(mlm.num_slots) for path, ab in mlm.slot_factors(slot).items()
+            for n, t in zip("AB", ab)}
+
+
+def test_seeded_init_draws_on_the_cpu_whatever_the_masters_dtype(tiny_qwen2):
+    """A seed gives the same adapters whatever the slot's device or dtype: the draws are made on the CPU in float32
+    and copied (drawing into the slot itself fails for CUDA slots and gives other numbers in another dtype)."""
+    spec = LoRASpec(rank=4, alpha=8.0, num_slots=2)
+    f32 = _factors(MultiLoRAModel(load(tiny_qwen2), spec, init_b_std=0.05, seed=7))
+    f64 = _factors(MultiLoRAModel(load(tiny_qwen2), spec, init_b_std=0.05, seed=7, dtype=torch.float64))
+    assert all(torch.equal(f32[k], f64[k].float()) for k in f32)
+    again = MultiLoRAModel(load(tiny_qwen2), spec, init_b_std=0.05, seed=1, dtype=torch.float64)
+    again.reset_slot(1, seed=7)  # re-initialising one slot draws exactly the stream a fresh model's slot gets
+    fresh = MultiLoRAModel(load(tiny_qwen2), LoRASpec(rank=4, alpha=8.0, num_slots=1), init_b_std=0.05, seed=7)
+    assert all(torch.equal(a.float(), fa) and torch.equal(b.float(), fb)
+               for (a, b), (fa, fb) in zip(again.slot_factors(1).values(), fresh.slot_factors(0).values()))
+
+
+def test_a_base_on_two_devices_or_on_the_wrong_one_is_a_clear_error(tiny_qwen2):
+    """A module left elsewhere (here: one layer on the meta device, as a failed load leaves it) or a base that is
+    not where the learner runs fails at construction, naming the module and both devices."""
+    spec = LoRASpec(rank=4, alpha=8.0, num_slots=2)
+    split = load(tiny_qwen2)
+    split.model.layers[1].mlp.to("meta")
+    with pytest.raises(ValueError, match=r"model\.layers\.1\.mlp\.\w+\.weight is on meta while .* is on cpu"):
+        MultiLoRAModel(split, spec, seed=0)
+    with pytest.raises(ValueError, match=r"is on cpu, but this learner runs on meta"):
+        MultiLoRAModel(load(tiny_qwen2), spec, seed=0, device="meta")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_seeded_adapters_on_cuda_equal_the_cpu_ones(tiny_qwen2):
+    """The learner's construction on a GPU (it failed: a CPU generator drawing into CUDA parameters), and the same
+    seed giving the same adapters on CUDA as on the CPU."""
+    spec = LoRASpec(rank=4, alpha=8.0, num_slots=3)
+    cpu = MultiLoRAModel(load(tiny_qwen2), spec, init_b_std=0.05, seed=11)
+    gpu = MultiLoRAModel(load(tiny_qwen2).cuda(), spec, init_b_std=0.05, seed=11, device="cuda")
+    assert all(torch.equal(cpu_t, gpu_t) for cpu_t, gpu_t in zip(_factors(cpu).values(), _factors(gpu).values()))
+    gpu.reset_slot(2, seed=5)
+    cpu.reset_slot(2, seed=5)
+    assert all(torch.equal(cpu_t, gpu_t) for cpu_t, gpu_t in zip(_factors(cpu).values(), _factors(gpu).values()))
