@@ -290,6 +290,21 @@ def _times_middle(root: torch.Tensor, middle: torch.Tensor) -> torch.Tensor:
     return root * middle.unsqueeze(-2)
 
 
+def canonical_signs(coef: torch.Tensor) -> torch.Tensor:
+    """Per column j of ``coef`` (batched ``[..., m, k]``): +1 or -1 so that the column's entry of largest magnitude
+    becomes positive (the convention of scikit-learn's ``svd_flip``).
+
+    A singular pair (u_j, v_j) is defined up to a common sign, and LAPACK on CPU and cuSOLVER on CUDA choose
+    differently. Anything drawn in that basis (``operators.rotate_subspace`` pairs v_j with a random direction)
+    then differs by device. ``coef`` holds each vector's coefficients on the factor's own columns (U = X @ left),
+    which do not depend on how the Gram root was taken, so the sign fixed here is the same on every device.
+    Columns that are zero keep +1.
+    """
+    pick = coef.abs().argmax(dim=-2, keepdim=True)
+    sign = torch.sign(coef.gather(-2, pick)).squeeze(-2)
+    return torch.where(sign == 0, torch.ones_like(sign), sign)
+
+
 def factored_svds(
     products: Sequence[Product], scaling: float = 1.0, roots: tuple[Sequence[GramRoot], Sequence[GramRoot]] | None = None
 ) -> list[FactoredSVD]:
@@ -311,6 +326,8 @@ def factored_svds(
         y_r = torch.stack([y_roots[i].root for i in indices])
         core_u, sigma, core_vh = on_threads(torch.linalg.svd, scaling * x_r @ y_r.mT)
         left = torch.stack([x_roots[i].pinv for i in indices]) @ core_u
+        sign = canonical_signs(left)  # one sign per singular pair, the same on every device
+        left, core_u, core_vh = left * sign[:, None, :], core_u * sign[:, None, :], core_vh * sign[:, :, None]
         right = torch.stack([y_roots[i].pinv for i in indices]) @ core_vh.mT
         for pos, i in enumerate(indices):
             result[i] = FactoredSVD(sigma[pos], left[pos], right[pos], core_u[pos], core_vh[pos].mT, x_roots[i], y_roots[i])
@@ -390,6 +407,7 @@ def one_sided_svds(
         lam, vec = on_threads(torch.linalg.eigh, core)  # eigh reads one triangle: no symmetrising pass needed
         sigma = lam.flip(-1).clamp_min(0).sqrt()
         basis = vec[:, :, -kept:].flip(-1) if kept else vec[:, :, :0]
+        basis = basis * canonical_signs(pinv @ basis)[:, None, :]  # eigenvector signs, the same on every device
         half = sigma[:, :kept].sqrt()
         out_coef = ((pinv @ basis) * half[:, None, :]).to(torch.float32)
         inverse = torch.where(half > 0, 1.0 / half.where(half > 0, torch.ones_like(half)), torch.zeros_like(half))

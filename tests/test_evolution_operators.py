@@ -296,3 +296,32 @@ def test_children_save_to_safetensors_and_load_back_exactly(name, parent, other,
     loaded = load_file(tmp_path / "adapter_model.safetensors")
     assert set(loaded) == set(child.state_dict)
     assert all(torch.equal(loaded[k], v) for k, v in child.state_dict.items())
+
+
+def test_children_do_not_depend_on_the_sign_convention_of_the_svd(parent, other, monkeypatch):
+    """CPU (LAPACK) and CUDA (cuSOLVER) choose different signs for singular pairs; an operator that draws in the SVD
+    basis (rotate_subspace) gave a child 20% apart on an H100. With the signs of some pairs flipped, as another
+    solver may return them, every child's Delta W is the same."""
+    reference = {name: MUTATIONS[name](parent, strength=0.1, generator=gen(3)).state_dict for name in MUTATIONS}
+    reference |= {name: CROSSOVERS[name](parent, other, generator=gen(3)).state_dict for name in CROSSOVERS}
+    svd, eigh = torch.linalg.svd, torch.linalg.eigh
+
+    def flipped_svd(matrix, *args, **kwargs):
+        u, s, vh = svd(matrix, *args, **kwargs)
+        sign = torch.ones(s.shape[-1], dtype=u.dtype, device=u.device)
+        sign[::2] = -1  # every other singular pair
+        return u * sign, s, vh * sign[:, None]
+
+    def flipped_eigh(matrix, *args, **kwargs):
+        lam, vec = eigh(matrix, *args, **kwargs)
+        sign = torch.ones(lam.shape[-1], dtype=vec.dtype, device=vec.device)
+        sign[1::2] = -1
+        return lam, vec * sign
+
+    monkeypatch.setattr(torch.linalg, "svd", flipped_svd)
+    monkeypatch.setattr(torch.linalg, "eigh", flipped_eigh)
+    for name, before in reference.items():
+        op = operators.OPERATORS[name]
+        after = (op(parent, other, generator=gen(3)) if name in CROSSOVERS else op(parent, strength=0.1, generator=gen(3))).state_dict
+        for slot in slot_names(parent):
+            assert rel(delta(after, slot), delta(before, slot)) < 1e-5, (name, slot)
