@@ -13,14 +13,15 @@ on/off x chunked/plain logits x two micro-batch sizes) runs in a fresh subproces
 3. peak: the high-water mark during the second step (CPU: ``VmHWM`` after resetting it through
    ``/proc/self/clear_refs``; CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``).
 
-Measured = peak - baseline: the step's gradients plus its activations and logits. Predicted = the same two
-terms of ``actors.memory_plan.learner_components`` (gradients 4 P per adapter present; the activation term).
+Measured = peak - baseline: the step's gradients plus its activations and logits. Predicted =
+``actors.memory_plan.step_peak_bytes`` for a one-micro-batch step (``accumulating=False``) on that device kind.
 On CPU glibc is told to serve every block over 64 KiB by ``mmap`` (``MALLOC_MMAP_THRESHOLD_``), so a freed
 tensor leaves the resident set at once and RSS follows live tensors; what remains is allocator slack
 (page rounding, the thread pools' scratch), which the comparison includes.
 
 The last stdout line is one JSON object: per configuration the predicted and measured bytes and the relative
-error, and ``max_rel_error`` (goal <= 0.15).
+error, ``max_rel_error`` and ``within_goal`` (:func:`judge`: within 15%, never under a measured peak, and only
+the configurations the plan says do not fit may run out of memory).
 Run: ``nice -n 10 python bench/memory_plan.py`` (CPU: ~8 configurations of a few tens of seconds each, under
 5 GB each); ``--device cuda --layers 28`` runs the full 7B-shaped learner on one GPU (bfloat16 base).
 """
@@ -39,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "bench"))  # after the project root: bench/evolution.py must not shadow the package
 
 import qwen25_7b  # noqa: E402
-from actors.memory_plan import LearnerShape, ModelDims, learner_components, lora_params  # noqa: E402
+from actors.memory_plan import LearnerShape, ModelDims, lora_params, step_peak_bytes  # noqa: E402
 
 RANK, ALPHA = 64, 128.0
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -62,15 +63,16 @@ def loss_tokens(tokens: int, slots: int) -> int:
     return sum(n - int(n * PROMPT_FRACTION) for n in row_lengths(tokens, slots))
 
 
-def predict(layers: int, slots: int, tokens: int, checkpointing: bool, chunk: int, dtype_bytes: int) -> dict[str, int]:
-    """The plan's gradient and activation terms for one configuration of this bench."""
+def predict(layers: int, slots: int, tokens: int, checkpointing: bool, chunk: int, dtype_bytes: int,
+            device: str = "cpu") -> dict[str, int]:
+    """The plan's prediction for one configuration of this bench: one micro-batch, so gradients do not accumulate."""
     dims = ModelDims.from_config_json(qwen25_7b.config_json(layers))
     shape = LearnerShape(slots=slots, rank=RANK, targets=TARGETS, dtype_bytes=dtype_bytes, micro_batch_tokens=tokens,
                          max_seq_len=tokens // slots, checkpointing=checkpointing, logit_chunk_tokens=chunk,
-                         loss_tokens=loss_tokens(tokens, slots))
-    activations = learner_components(dims, shape)["activations + logits (policy pass)"]
+                         loss_tokens=loss_tokens(tokens, slots), device=device, accumulating=False)
+    total = step_peak_bytes(dims, shape)
     grads = 4 * lora_params(dims, RANK, TARGETS) * slots
-    return {"gradients": grads, "activations": activations, "total": grads + activations}
+    return {"gradients": grads, "activations": total - grads, "total": total}
 
 
 def _status_kib(key: str) -> int:
@@ -156,7 +158,8 @@ def main() -> None:
         spec = {**conf, "device": args.device, "dtype": args.dtype, "layers": args.layers, "slots": args.slots,
                 "threads": args.threads}
         name = f"N={conf['tokens']} ckpt={'on' if conf['checkpointing'] else 'off'} logits={conf['chunk'] or 'plain'}"
-        predicted = predict(args.layers, args.slots, conf["tokens"], conf["checkpointing"], conf["chunk"], dtype_bytes)
+        predicted = predict(args.layers, args.slots, conf["tokens"], conf["checkpointing"], conf["chunk"], dtype_bytes,
+                            args.device)
         log(f"[{name}] running")
         proc = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec)], capture_output=True, text=True,
                               env=env, cwd=ROOT)
@@ -170,15 +173,40 @@ def main() -> None:
                         "measured": measured["measured"], "baseline": measured["baseline"], "rel_error": round(rel, 4)})
         log(f"[{name}] predicted {predicted['total'] / 2**20:8.1f} MiB, measured {measured['measured'] / 2**20:8.1f} MiB "
             f"({rel:+.1%})")
-    errors = [abs(r["rel_error"]) for r in results if "rel_error" in r]
     print(json.dumps({
         "device": args.device, "layers": args.layers, "slots": args.slots, "rank": RANK, "dtype": args.dtype,
-        "chunk": args.chunk, "configurations": results,
-        "max_rel_error": round(max(errors), 4) if errors else None,
-        "failed": [r["name"] for r in results if "error" in r],
-        "goal": 0.15,
+        "chunk": args.chunk, "configurations": results, **judge(results, device_capacity(args.device)),
     }))
 
+
+GOAL = 0.15
+
+
+def device_capacity(device: str) -> int | None:
+    """Bytes of the CUDA device (None on CPU: there a configuration that fails is never expected to)."""
+    if device != "cuda":
+        return None
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory
+
+
+def judge(results: list[dict], capacity: int | None) -> dict:
+    """The bench's goal: every measured peak within ``GOAL`` of the plan and none above it (a plan that says
+    "fits" must fit), and every configuration that failed ran out of memory where the plan said it would not fit
+    (predicted step bytes above the device's capacity minus the resident baseline of the measured ones)."""
+    measured = [r for r in results if "rel_error" in r]
+    baseline = min((r["baseline"] for r in measured), default=0)
+    under = [r["name"] for r in measured if r["predicted"] < r["measured"]]
+    expected_oom = [r["name"] for r in results if "error" in r and "out of memory" in r["error"].lower()
+                    and capacity is not None and r["predicted"] > capacity - baseline]
+    unexpected = [r["name"] for r in results if "error" in r and r["name"] not in expected_oom]
+    max_rel = max((abs(r["rel_error"]) for r in measured), default=None)
+    return {
+        "max_rel_error": max_rel, "under_measured": under, "failed": [r["name"] for r in results if "error" in r],
+        "expected_oom": expected_oom, "unexpected_failures": unexpected, "goal": GOAL,
+        "within_goal": bool(measured) and max_rel <= GOAL and not under and not unexpected,
+    }
 
 if __name__ == "__main__":
     main()
