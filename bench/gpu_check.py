@@ -17,7 +17,16 @@ Parts, each in its own subprocess (a failure or timeout is recorded in the JSON,
 A bench part runs only where the script's ``--help`` lists the options it is given (``--device``,
 ``--widths``); otherwise it is recorded as not run, with the reason.
 
-Without a CUDA device every part but the listing is recorded as skipped (``"status": "skipped"``).
+Each part is judged against its goal, not only its exit code (``goal`` and ``passed`` in its entry):
+``gpu_tests`` every GPU test that imports without Ray passes (at least one ran); ``memory_plan`` the plan within
+15% of every measured peak and never under one, and only configurations the plan says do not fit run out of memory
+(the bench's ``within_goal``); ``learner`` 8 mixed adapters cost at most 1.15x one adapter with the same tokens;
+``evolution`` every operator makes a 7B rank-64 child within its time goal. ``ok`` is the conjunction.
+
+Besides torch, transformers and peft the project's modules need pydantic, trueskill, pyyaml, safetensors and
+pytest (``REQUIRED``); a missing one stops the check at once with one line naming them and how to install them.
+Without a CUDA device every part but the listing is recorded as skipped (``"status": "skipped"``) and ``ok`` is
+false.
 """
 
 from __future__ import annotations
@@ -33,6 +42,38 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK_RAY = "import sys; sys.modules['ray'] = None; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+REQUIRED = {"torch": "torch", "transformers": "transformers", "peft": "peft", "pydantic": "pydantic",
+            "trueskill": "trueskill", "yaml": "pyyaml", "safetensors": "safetensors", "pytest": "pytest"}
+"""Import name -> PyPI name of what the parts import (no Ray, no vLLM)."""
+LEARNER_RATIO_GOAL = 1.15
+
+
+def missing_requirements() -> list[str]:
+    """PyPI names of the ``REQUIRED`` modules that do not import here."""
+    import importlib.util
+
+    return [pypi for module, pypi in REQUIRED.items() if importlib.util.find_spec(module) is None]
+
+
+def judge(name: str, part: dict) -> dict:
+    """``goal`` (in words) and ``passed`` of one finished part, from its status and its bench's JSON."""
+    result = part.get("result") or {}
+    if name == "gpu_tests":
+        ran = part.get("tests", 0) - part.get("skipped", 0)
+        return {"goal": "every gpu-marked test that imports without Ray passes",
+                "passed": part["status"] == "ok" and not part.get("failed") and ran > 0}
+    if name == "memory_plan":
+        return {"goal": "plan within 15% of every measured peak, never under one; only planned OOMs",
+                "passed": part["status"] == "ok" and result.get("within_goal") is True}
+    if name == "learner":
+        ratio = result.get("mixed8_vs_single_ratio")
+        return {"goal": f"mixed 8 adapters / 1 adapter <= {LEARNER_RATIO_GOAL}",
+                "passed": part["status"] == "ok" and ratio is not None and ratio <= LEARNER_RATIO_GOAL}
+    if name == "evolution":
+        within = result.get("within_goal") or {}
+        return {"goal": f"every operator's 7B rank-64 child within {result.get('goal_s', '?')} s",
+                "passed": part["status"] == "ok" and bool(within) and all(within.values())}
+    return {"goal": "exit status 0", "passed": part["status"] == "ok"}
 
 
 def gpu_test_files() -> list[str]:
@@ -163,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed to each part")
     parser.add_argument("--dry", action="store_true", help="list the parts and their commands, run nothing")
     args = parser.parse_args(argv)
+    missing = missing_requirements()
+    if missing:
+        print(f"gpu_check: this machine lacks {', '.join(missing)}; install them first "
+              f"(pip install {' '.join(missing)}, or carry their wheels) and run the check again", file=sys.stderr)
+        print(json.dumps({"ok": False, "missing": missing}))
+        return 2
     plan = parts(args)
     cuda = cuda_info()
     report: dict = {"cuda": cuda, "parts": {}}
@@ -182,7 +229,10 @@ def main(argv: list[str] | None = None) -> int:
                                          else part_bench(command, args.timeout))
             except Exception as exc:  # a broken part is recorded, the others still run
                 report["parts"][name] = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
-    report["ok"] = all(p["status"] in ("ok", "listed") for p in report["parts"].values())
+            report["parts"][name].update(judge(name, report["parts"][name]))
+            print(f"[gpu_check] {name}: {'PASS' if report['parts'][name]['passed'] else 'FAIL'} "
+                  f"({report['parts'][name]['goal']})", file=sys.stderr, flush=True)
+    report["ok"] = bool(report["parts"]) and all(p.get("passed", p["status"] == "listed") for p in report["parts"].values())
     if not args.dry:
         args.out.write_text(json.dumps(report, indent=1))
     print(json.dumps(report))
