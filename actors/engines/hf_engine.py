@@ -142,15 +142,16 @@ class HFEngine(EngineBase):
         for i, (row, n) in enumerate(zip(rows, lengths)):
             input_ids[i, width - n :] = torch.tensor(row.prepared.prompt_ids)
             mask[i, width - n :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp_(min=0)
         dev = self.device
+        input_ids, mask = input_ids.to(dev), mask.to(dev)  # once; the decode loop keeps mask and positions on dev
+        positions = (mask.cumsum(-1) - 1).clamp_(min=0)
         temperature = torch.tensor([r.prepared.request.temperature for r in rows], device=dev)
         top_p = torch.tensor([r.prepared.request.top_p for r in rows], device=dev)
         live = list(range(len(rows)))  # indices into rows of the rows still in the batch
         cache = DynamicCache()
         self.model.set_adapter_index([r.slot for r in rows])
         try:
-            out = self.model(input_ids=input_ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev),
+            out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                              past_key_values=cache, use_cache=True, logits_to_keep=1)
             while True:
                 batch = [rows[i] for i in live]
@@ -163,15 +164,15 @@ class HFEngine(EngineBase):
                 if not keep:
                     return
                 if len(keep) < len(live):
-                    index = torch.tensor(keep)
-                    cache.batch_select_indices(index.to(dev))
-                    mask, positions, tokens = mask[index], positions[index], tokens[index]
+                    index = torch.tensor(keep, device=dev)
+                    cache.batch_select_indices(index)
+                    mask, positions, tokens = mask[index], positions[index], tokens[index.cpu()]
                     live = [live[k] for k in keep]
                     self.model.set_adapter_index([rows[i].slot for i in live])
-                mask = torch.cat([mask, torch.ones((len(live), 1), dtype=torch.long)], dim=1)
+                mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
                 positions = positions[:, -1:] + 1
-                out = self.model(input_ids=tokens[:, None].to(dev), attention_mask=mask.to(dev),
-                                 position_ids=positions.to(dev), past_key_values=cache, use_cache=True)
+                out = self.model(input_ids=tokens[:, None].to(dev), attention_mask=mask, position_ids=positions,
+                                 past_key_values=cache, use_cache=True)
         finally:
             self.model.set_adapter_index(None)
 
