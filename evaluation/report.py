@@ -53,13 +53,34 @@ def table_rows(results: dict[str, Any], key: str = "pass@1") -> tuple[list[str],
     return benchmarks, rows
 
 
-def markdown_table(results: dict[str, Any], key: str = "pass@1") -> str:
+def _table(results: dict[str, Any], key: str, only: list[str] | None = None) -> list[str]:
     benchmarks, rows = table_rows(results, key)
+    if only is not None:
+        keep = [i for i, b in enumerate(benchmarks) if b in only]
+        benchmarks = [benchmarks[i] for i in keep]
+        rows = [(label, [scores[i] for i in keep] + [_mean([scores[i] for i in keep])]) for label, scores in rows]
     head = f"| model | {' | '.join(benchmarks)} | mean |"
     rule = "|---|" + "---:|" * (len(benchmarks) + 1)
-    body = [f"| {label} | {' | '.join(_fmt(v) for v in scores)} |" for label, scores in rows]
-    note = f"\n\n{key} in %, {results.get('checkpoint', '')}; grader: {results.get('math_grader', '-')}."
-    return "\n".join([head, rule, *body]) + note + "\n"
+    return [head, rule, *(f"| {label} | {' | '.join(_fmt(v) for v in scores)} |" for label, scores in rows)]
+
+
+def markdown_table(results: dict[str, Any], key: str = "pass@1") -> str:
+    """The paper-shaped table; for HumanEval+ / MBPP+ the headline is the plus score (base and plus
+    inputs) and a second table gives the base-only score, as evalplus reports both."""
+    lines = _table(results, key)
+    with_base = [b for b in results["benchmarks"]
+                 if any(f"base_{key}" in m["benchmarks"].get(b, {}) for m in results["models"].values())]
+    if with_base:
+        lines += ["", f"Base tests only (evalplus's base {key}; the table above is base + plus):", "",
+                  *_table(results, f"base_{key}", with_base)]
+    lines.append(f"\n{key} in %, every number from {results.get('checkpoint', '')}; grader: {results.get('math_grader', '-')}; "
+                 f"{results.get('judged_as', '')}.")
+    errors = {n: s["data_errors"] for m in results["models"].values() for n, s in m["benchmarks"].items() if s.get("data_errors")}
+    for name, tasks in errors.items():
+        lines.append(f"Data errors in {name} ({len(tasks)} task(s) whose reference fails, counted as failed): {', '.join(tasks)}.")
+    if results.get("complete") is False:
+        lines.append("INCOMPLETE: not evaluated: " + "; ".join(f"{n}: {e}" for n, e in results.get("errors", {}).items()))
+    return "\n".join(lines) + "\n"
 
 
 def chart(results: dict[str, Any], path: Path, key: str = "pass@1") -> None:
