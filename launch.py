@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from configs import Config, ConfigError, dump_config, load_config
-from actors.memory_plan import GiB, HostView, MemoryPlan, PlanInputError, load_model_dims, plan_memory, with_resolved_checkpointing
+from planning.memory_plan import GiB, HostView, MemoryPlan, PlanInputError, load_model_dims, plan_memory, with_resolved_checkpointing
 from actors.placement import ClusterView, plan_placement
 
 DEFAULT_GPU_GIB = 80.0
@@ -123,7 +123,7 @@ def host_view() -> HostView:
 
 
 def memory_plan(config: Config, view: ClusterView) -> MemoryPlan:
-    """The memory plan of ``config`` (``actors.memory_plan``): GPU capacity from the config, else the cluster, else 80 GiB.
+    """The memory plan of ``config`` (``planning.memory_plan``): GPU capacity from the config, else the cluster, else 80 GiB.
 
     Raises ``PlanInputError`` when the model's ``config.json`` cannot be read.
     """

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "bench"))  # after the project root: bench/evolution.py must not shadow the package
 
 import qwen25_7b  # noqa: E402
-from actors.memory_plan import ModelDims, lora_params  # noqa: E402
+from planning.memory_plan import ModelDims, lora_params  # noqa: E402
 from learners.multi_lora import TARGET_MODULES  # noqa: E402
 
 LAYERS_7B = qwen25_7b.LAYERS

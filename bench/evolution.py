@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.append(str(Path(__file__).resolve().parent))  # after the project root: bench/evolution.py must not shadow the package
 
 import qwen25_7b  # noqa: E402
-from actors.memory_plan import ModelDims  # noqa: E402
+from planning.memory_plan import ModelDims  # noqa: E402
 
 from evolution import operators  # noqa: E402
 from evolution.adapter_slots import find_slots  # noqa: E402

@@ -8,7 +8,7 @@ Parts, each in its own subprocess (a failure or timeout is recorded in the JSON,
 1. ``gpu_tests``: the tests marked ``gpu`` in files that import without Ray (``ray`` is blocked in the
    pytest process, so a file that needs it fails to collect and is reported under ``needs_ray``);
 2. ``memory_plan``: ``bench/memory_plan.py --device cuda --layers 28``, the full 7B-shaped learner on one GPU
-   measured against ``actors.memory_plan`` (``torch.cuda.max_memory_allocated``);
+   measured against ``planning.memory_plan`` (``torch.cuda.max_memory_allocated``);
 3. ``learner``: ``bench/learner.py --device cuda --widths 7b --layers 28``: one optimizer step of 8 mixed
    adapters vs the same tokens on 1 (and the bmm kernel), the whole 7B-shaped model, the 7B preset's LoRA and
    step settings (``mixed8_vs_single_ratio``, wall seconds, ``max_memory_allocated`` per variant);

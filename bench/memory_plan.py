@@ -14,7 +14,7 @@ on/off x chunked/plain logits x two micro-batch sizes) runs in a fresh subproces
    ``/proc/self/clear_refs``; CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``).
 
 Measured = peak - baseline: the step's gradients plus its activations and logits. Predicted =
-``actors.memory_plan.step_peak_bytes`` for a one-micro-batch step (``accumulating=False``) on that device kind.
+``planning.memory_plan.step_peak_bytes`` for a one-micro-batch step (``accumulating=False``) on that device kind.
 On CPU glibc is told to serve every block over 64 KiB by ``mmap`` (``MALLOC_MMAP_THRESHOLD_``), so a freed
 tensor leaves the resident set at once and RSS follows live tensors; what remains is allocator slack
 (page rounding, the thread pools' scratch), which the comparison includes.
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "bench"))  # after the project root: bench/evolution.py must not shadow the package
 
 import qwen25_7b  # noqa: E402
-from actors.memory_plan import LearnerShape, ModelDims, lora_params, step_peak_bytes  # noqa: E402
+from planning.memory_plan import LearnerShape, ModelDims, lora_params, step_peak_bytes  # noqa: E402
 
 RANK, ALPHA = 64, 128.0
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -2,7 +2,7 @@
 
 Qwen2.5-7B and Qwen2.5-Coder-7B share them: hidden 3584, intermediate 18944, 28 layers, 28 query / 4 KV heads
 (head dim 128), vocabulary 152,064, untied embeddings. Benches build a random Qwen2 with these widths and
-fewer layers; ``actors.memory_plan.ModelDims`` reads the same dict as it reads a model's ``config.json``.
+fewer layers; ``planning.memory_plan.ModelDims`` reads the same dict as it reads a model's ``config.json``.
 """
 
 from __future__ import annotations

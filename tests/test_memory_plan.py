@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.memory_plan import (
+from planning.memory_plan import (
     GiB,
     HostView,
     LearnerShape,
@@ -273,7 +273,7 @@ def test_plan_holds_against_the_measured_peaks(run):
 def test_gradients_of_earlier_micro_batches_count_in_the_run_plan(qwen7b_dir):
     """A step of several micro-batches keeps every gradient from the first backward on: the run's plan counts them
     at the logits' backward, a one-micro-batch step does not."""
-    from actors.memory_plan import step_peak_bytes
+    from planning.memory_plan import step_peak_bytes
 
     dims = load_model_dims(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir))
     kw = dict(slots=4, rank=64, targets=tuple(dims.module_widths()), dtype_bytes=2, micro_batch_tokens=4096,
@@ -287,7 +287,7 @@ def test_gradients_of_earlier_micro_batches_count_in_the_run_plan(qwen7b_dir):
 def test_plan_holds_for_the_measured_7b_learner_step():
     """The H100's 8-adapter, 32,768-token learner step (44.18 GiB allocated at its peak; no constant was fitted to it):
     resident base and adapter state plus the plan's one-micro-batch step, within 15% and not under."""
-    from actors.memory_plan import step_peak_bytes
+    from planning.memory_plan import step_peak_bytes
 
     sys.path.append(str(ROOT / "bench"))
     import qwen25_7b
