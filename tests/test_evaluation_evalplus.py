@@ -75,9 +75,10 @@ CASES = [
     ("Mbpp/900", "def halves(xs):\n    return [x / 2 + 5e-4 for x in xs]\n", True),
     ("Mbpp/900", "def halves(xs):\n    return tuple(x / 2 for x in xs)\n", False),  # same type first
     ("Mbpp/900", "def halves(xs):\n    return [x / 2 + 5e-3 for x in xs]\n", False),
-    ("HumanEval/32", "def find_zero(xs):\n    lo, hi = -100.0, 100.0\n    f = lambda x: sum(c * x ** i for i, c in enumerate(xs))\n"
-     "    for _ in range(200):\n        mid = (lo + hi) / 2\n        if f(mid) * f(lo) > 0:\n            lo = mid\n"
-     "        else:\n            hi = mid\n    return hi\n", True),  # another root, judged by |poly(xs, out)| <= atol
+    # Newton from 10 finds the root 3 of (x-1)(x-2)(x-3) where the reference finds 1: only |poly(xs, out)| <= atol accepts it
+    ("HumanEval/32", "def find_zero(xs):\n    x = 10.0\n    for _ in range(100):\n"
+     "        d = sum(i * c * x ** (i - 1) for i, c in enumerate(xs) if i)\n"
+     "        x = x - sum(c * x ** i for i, c in enumerate(xs)) / d\n    return x\n", True),
     ("HumanEval/32", "def find_zero(xs):\n    return 0.123\n", False),
 ]
 
@@ -118,7 +119,8 @@ def test_oracle_is_100_percent_and_the_reference_data_error_is_named(problems, j
 
 
 def test_each_input_has_its_own_limit_and_the_first_one_over_it_is_named(problems, judge):
-    slow = "def square(n):\n    if n == 7:\n        x = 0\n        for i in range(6_000_000):\n            x += i\n    return n * n\n"
+    slow = ("import time\ndef square(n):\n    start = time.perf_counter()\n"
+            "    while n == 7 and time.perf_counter() - start < 0.6:\n        pass\n    return n * n\n")  # 0.6 s > its 0.25 s limit
     wrong_plus = "def square(n):\n    return n * n if n < 4 else 0\n"
     late_error = "def square(n):\n    return n * n if n != 3 else None.x\n"
     slow_out, wrong_out, error_out = judge.judge([(problems["Mbpp/901"], slow), (problems["Mbpp/901"], wrong_plus),
