@@ -1,0 +1,143 @@
+"""The time plan: its arithmetic on a small hand-checked case, layouts, clusters, missing constants, overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from configs import PRESETS_DIR, load_config
+from planning.memory_plan import ModelDims
+from planning.time_constants import ConstantsError, DeviceKind, HostConstants, Sourced, with_overrides
+from planning.time_plan import Cluster, ClusterError, Layout, Lengths, candidate_layouts, plan_time
+
+# A model small enough to count by hand: per layer q, k, v, o 64 x 64, gate/up/down 64 x 128, two norms of 64;
+# tied embeddings 100 x 64 and the final norm: N = 2 x (4 x 4,096 + 3 x 8,192 + 128) + 6,400 + 64 = 88,640.
+DIMS = ModelDims(hidden=64, intermediate=128, layers=2, heads=1, kv_heads=1, vocab=100, tied_embeddings=True, qkv_bias=False)
+N = 88_640
+# rank 2 on all seven projections: 2 layers x 2 x (4 x 128 + 3 x 192) = 4,352 parameters per adapter
+N_LORA = 4_352
+KIND = DeviceKind("T", 80.0, peak_flops=Sourced(1e9, "test"), memory_bandwidth=Sourced(1e6, "test"),
+                  train_mfu=Sourced(0.25, "test"), prefill_mfu=Sourced(0.5, "test"), decode_mfu=Sourced(0.1, "test"),
+                  lora_decode_overhead=Sourced(0.5, "test"), sleep_wake_s=Sourced(2.0, "test"))
+HOST = HostConstants(verifier_tasks_per_core_s=Sourced(100.0, "test"), adapter_load_bandwidth=Sourced(1e6, "test"),
+                     adapter_swap_s=Sourced(0.01, "test"), checkpoint_bandwidth=Sourced(1e6, "test"),
+                     league_s=Sourced(0.05, "test"), evolution_s_per_mparam=Sourced(1.0, "test"),
+                     evolution_s_floor=Sourced(0.1, "test"))
+LENGTHS = Lengths(propose_prompt=10, proposal=20, solve_prompt=30, answer=40, valid_fraction=0.5)
+
+
+def small_config(*overrides: str):
+    return load_config(PRESETS_DIR / "tiny.yaml", [
+        "lora.rank=2", "population.teachers=2", "population.students=2", "tasks.tasks_per_teacher=4",
+        "tasks.rollouts_k=2", "tasks.families=[code_o]", "inference.max_tokens=50", "inference.backend=hf",
+        "verifier.actors=2", "verifier.cpus_per_actor=0.5", "evolution.period=5", "run.checkpoint_every=5", *overrides])
+
+
+def test_dims_are_the_hand_counted_ones():
+    from planning.memory_plan import lora_params
+
+    assert DIMS.base_params() == N
+    assert lora_params(DIMS, 2, list(DIMS.module_widths())) == N_LORA
+
+
+def test_every_phase_of_a_small_case_by_hand():
+    """8 proposals (2 teachers x 4), half valid, 2 rollouts each: 8 rollouts; one GPU of engines, one of learners."""
+    plan = plan_time(small_config(), DIMS, Layout(1, 1), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST, checkpointing=False)
+    phases = {p.name: p.seconds for p in plan.phases}
+    tail = 50 * (N * 4 / 1e6)  # the longest row's 50 decode steps, each reading the float32 weights once
+    assert phases["propose"] == pytest.approx(2 * N * 80 / (1e9 * 0.5) + 2 * N * 160 / (1e9 * 0.1 * 0.5) + tail)
+    # the transformers engine prefills each rollout's prompt (no prefix cache): 8 x 30 prompt, 8 x 40 new tokens
+    assert phases["solve"] == pytest.approx(2 * N * 240 / (1e9 * 0.5) + 2 * N * 320 / (1e9 * 0.1 * 0.5) + tail)
+    assert phases["validate"] == pytest.approx(16 / 100)  # each proposal run twice, on 2 x 0.5 cores
+    assert phases["judge"] == pytest.approx(8 / 100)
+    # one learner GPU trains every token: teachers 2 x 4 x 30, students 8 x 70; F = 4 N + 6 N_lora
+    assert phases["train"] == pytest.approx((240 + 560) * (4 * N + 6 * N_LORA) / (1e9 * 0.25))
+    assert phases["handover"] == pytest.approx(4 * (N_LORA * 4 / 1e6 + 0.01))
+    assert phases["league"] == pytest.approx(0.05)
+    assert phases["evolve"] == pytest.approx(2 * (0.1 + N_LORA / 1e6) / 5)
+    assert phases["checkpoint"] == pytest.approx(4 * 12 * N_LORA / 1e6 / 5)
+    assert plan.step_seconds == pytest.approx(sum(phases.values()))
+    assert plan.busy()["inference"] == pytest.approx((phases["propose"] + phases["solve"]) / plan.step_seconds)
+    assert plan.busy()["learners"] == pytest.approx(phases["train"] / plan.step_seconds)
+    assert plan.gpu_busy() == pytest.approx((phases["propose"] + phases["solve"] + phases["train"]) / 2 / plan.step_seconds)
+    assert plan.critical().name == "solve"
+    assert plan.steps_per_hour == pytest.approx(3600 / plan.step_seconds)
+
+
+def test_checkpointing_kl_and_epochs_add_their_passes():
+    base = plan_time(small_config(), DIMS, Layout(1, 1), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST, checkpointing=False)
+    more = plan_time(small_config("rl.kl_coef=0.1", "rl.epochs=2"), DIMS, Layout(1, 1), Cluster(1, 2, "T"), LENGTHS,
+                     {"T": KIND}, HOST, checkpointing=True)
+    train = {p.name: p.seconds for p in base.phases}["train"]
+    # (6 N + 6 N_lora) x 2 epochs + 2 N (reference) + 2 N (old policy) against 4 N + 6 N_lora
+    expected = train * ((6 * N + 6 * N_LORA) * 2 + 4 * N) / (4 * N + 6 * N_LORA)
+    assert {p.name: p.seconds for p in more.phases}["train"] == pytest.approx(expected)
+
+
+def test_learner_gpus_take_members_by_index_and_wait_for_the_busiest():
+    """4 teachers and 4 students over 3 learner GPUs: member i on GPU i mod 3, so GPUs 0 and 1 carry two of each."""
+    config = small_config("population.teachers=4", "population.students=4")
+    plan = plan_time(config, DIMS, Layout(1, 3), Cluster(1, 4, "T"), LENGTHS, {"T": KIND}, HOST, checkpointing=False)
+    per_teacher, per_student = 4 * 30, 16 * 0.5 * 2 / 4 * 70
+    busiest = 2 * per_teacher + 2 * per_student
+    assert {p.name: p.seconds for p in plan.phases}["train"] == pytest.approx(busiest * (4 * N + 6 * N_LORA) / 0.25e9)
+
+
+def test_on_cpu_each_learner_is_its_own_process():
+    plan = plan_time(small_config(), DIMS, Layout(0, 0), Cluster(1, 0, "T"), LENGTHS, {"cpu": KIND}, HOST, checkpointing=False)
+    assert {p.name: p.seconds for p in plan.phases}["train"] == pytest.approx(560 * (4 * N + 6 * N_LORA) / 0.25e9)
+
+
+def test_vllm_prefills_a_students_prompt_once_for_its_rollouts():
+    hf = plan_time(small_config(), DIMS, Layout(1, 1), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST)
+    vllm = plan_time(small_config("inference.backend=vllm"), DIMS, Layout(1, 1), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST)
+    saved = {p.name: p.seconds for p in hf.phases}["solve"] - {p.name: p.seconds for p in vllm.phases}["solve"]
+    assert saved == pytest.approx(2 * N * (240 - 120) / (1e9 * 0.5))
+
+
+def test_colocated_layout_gives_every_gpu_to_each_phase_and_pays_the_switch():
+    plan = plan_time(small_config(), DIMS, Layout(2, 2, colocated=True), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST)
+    phases = {p.name: p.seconds for p in plan.phases}
+    assert phases["switch"] == 2.0 and set(plan.busy()) == {"gpus"}
+    assert plan.gpu_busy() == pytest.approx((phases["propose"] + phases["solve"] + phases["train"]) / plan.step_seconds)
+
+
+def test_candidate_layouts_and_cluster_descriptions():
+    assert [l.name for l in candidate_layouts(Cluster.parse("8xH100"), 2)] == ["2+6 (tp 2)", "4+4 (tp 2)", "6+2 (tp 2)",
+                                                                                 "colocated 8 GPUs (tp 2)"]
+    two = Cluster.parse("2x8xH100")
+    assert (two.nodes, two.gpus_per_node, two.kind, two.gpus, str(two)) == (2, 8, "H100", 16, "2x8xH100")
+    for bad in ("8", "H100", "0x8xH100", "2x0xH100", "two x 8"):
+        with pytest.raises(ClusterError, match="--cluster"):
+            Cluster.parse(bad)
+
+
+def test_missing_constants_are_named_and_the_rest_is_planned():
+    """A kind nobody measured (no constants): the plan says which are missing and still plans verifiers and host."""
+    plan = plan_time(small_config(), DIMS, Layout(1, 1), Cluster(1, 2, "B300"), LENGTHS, {}, HOST)
+    assert any(m.startswith("B300: peak_flops") and "generation not planned" in m for m in plan.missing)
+    assert any("training not planned" in m for m in plan.missing)
+    assert {p.name: p.seconds for p in plan.phases}["validate"] > 0
+    assert "constants missing" in plan.render()
+
+
+def test_overrides_name_known_constants_only():
+    kinds, host = with_overrides({"T": KIND}, HOST, {"T.train_mfu": 0.5, "host.league_s": 0.2, "B300.peak_flops": 2e15})
+    assert kinds["T"].train_mfu.value == 0.5 and kinds["T"].train_mfu.measured and host.league_s.value == 0.2
+    assert kinds["B300"].peak_flops.value == 2e15 and kinds["B300"].train_mfu is None
+    with pytest.raises(ConstantsError, match="no device constant 'train_speed'"):
+        with_overrides({"T": KIND}, HOST, {"T.train_speed": 1})
+    with pytest.raises(ConstantsError, match="no host constant 'disk'"):
+        with_overrides({"T": KIND}, HOST, {"host.disk": 1})
+
+
+def test_every_shipped_constant_names_its_source():
+    from dataclasses import fields
+
+    from planning.time_constants import DEVICE_KINDS, HOST as SHIPPED
+
+    for kind in DEVICE_KINDS.values():
+        for f in fields(kind):
+            value = getattr(kind, f.name)
+            if isinstance(value, Sourced):
+                assert value.source and value.value >= 0, (kind.name, f.name)
+    assert all(getattr(SHIPPED, f.name).source for f in fields(SHIPPED))
