@@ -58,7 +58,7 @@ class HostConstants:
     """Rates off the accelerator: the verifier sandbox, the object store, disks, the league, evolution."""
 
     verifier_tasks_per_core_s: Sourced
-    adapter_load_bandwidth: Sourced  # bytes/s from a learner to an engine replica's adapter slot (object store + load)
+    adapter_load_bandwidth: Sourced  # bytes/s from a learner to each engine replica (export, object store, load)
     adapter_swap_s: Sourced  # fixed cost of one in-place adapter swap in an engine replica
     checkpoint_bandwidth: Sourced  # bytes/s written to the run directory
     league_s: Sourced  # match + record of one step
@@ -110,10 +110,11 @@ DEVICE_KINDS: dict[str, DeviceKind] = {k.name: k for k in (H100, A100, CPU)}
 HOST = HostConstants(
     verifier_tasks_per_core_s=Sourced(205.0, "bench/verifier.py on the 2-core test machine, 2026-11: ~410 tasks/s on two "
                                              "cores, each task run twice (docs/verifier.md)", measured=True),
-    adapter_load_bandwidth=Sourced(3.531e7, "bench/time_constants.py on the test machine, 2026-11-25: PEFT export + object "
-                                          "store + engine load of the tiny default's adapters", measured=True),
-    adapter_swap_s=Sourced(0.0, "bench/time_constants.py counts the swap in adapter_load_bandwidth (export + load of a "
-                                    "tiny adapter)", measured=True),
+    adapter_load_bandwidth=Sourced(4.0e8, "bench/adapter_transport.py on the 2-core test machine (docs/system.md): eight "
+                                          "7B-shaped rank-64 versions of 2 layers (184.6 MB) to 2 replicas in 0.92 s; "
+                                          "replicas load in parallel on a node with cores to spare", measured=True),
+    adapter_swap_s=Sourced(0.006, "bench/adapter_transport.py (docs/system.md): the tiny default's four members "
+                                  "published in 24 ms", measured=True),
     checkpoint_bandwidth=Sourced(1.465e8, "bench/time_constants.py on the test machine: checkpoint bytes / seconds", measured=True),
     league_s=Sourced(0.0026, "bench/time_constants.py: the pure league's match + record of a 2+2 step (Ray round trips "
                                "not counted)", measured=True),

@@ -21,7 +21,8 @@ Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fract
   the teacher and student learners of a GPU sharing its compute; on CPU each learner is its own process), ``tokens x F / (peak x
   train_mfu)`` with ``F = (4 + 2 [checkpointing]) N x epochs + 2 N [KL] + 2 N [epochs > 1] + 6 N_lora``;
   the step waits for the busiest GPU;
-- **hand-over**: each updated adapter (serving dtype) to every replica: bytes x R / bandwidth + a swap each;
+- **hand-over**: each updated adapter (serving dtype) to every replica, the replicas loading in parallel from
+  one object-store copy: members x (bytes / bandwidth + one swap);
 - **league** (constant), **evolution** (two children every E steps, seconds per child proportional to its
   parameters), **checkpoint** (adapters + AdamW state every ``checkpoint_every`` steps), **evaluation**
   (every ``eval.every`` steps: each benchmark problem decoded by every member and the base).
@@ -334,7 +335,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
 
     members = config.population.adapters
     adapter_bytes = lora_params(dims, config.lora.rank, config.lora.target_modules) * b
-    handover = members * (adapter_bytes * replicas / host.adapter_load_bandwidth.value + replicas * host.adapter_swap_s.value)
+    handover = members * (adapter_bytes / host.adapter_load_bandwidth.value + host.adapter_swap_s.value)
     phases.append(Phase("handover", "host", handover, f"{members} adapters x {adapter_bytes / 2**20:.0f} MiB to {replicas} replica(s)"))
     phases.append(Phase("league", "host", host.league_s.value, "match + record"))
     if config.evolution.enabled:

@@ -51,7 +51,7 @@ def test_every_phase_of_a_small_case_by_hand():
     assert phases["judge"] == pytest.approx(8 / 100)
     # one learner GPU trains every token: teachers 2 x 4 x 30, students 8 x 70; F = 4 N + 6 N_lora
     assert phases["train"] == pytest.approx((240 + 560) * (4 * N + 6 * N_LORA) / (1e9 * 0.25))
-    assert phases["handover"] == pytest.approx(4 * (N_LORA * 4 / 1e6 + 0.01))
+    assert phases["handover"] == pytest.approx(4 * (N_LORA * 4 / 1e6 + 0.01))  # one replica; replicas load in parallel
     assert phases["league"] == pytest.approx(0.05)
     assert phases["evolve"] == pytest.approx(2 * (0.1 + N_LORA / 1e6) / 5)
     assert phases["checkpoint"] == pytest.approx(4 * 12 * N_LORA / 1e6 / 5)
