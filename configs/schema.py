@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evolution.strengths import check_strength
-from verifier.defences import REQUIRABLE
+from configs.defences import REQUIRABLE
+from configs.strengths import check_strength
 
 FAMILIES = ("code_o", "code_i", "code_f")
 MUTATION_NAMES = ("perturb_singular_values", "rotate_subspace", "gaussian_noise", "layer_noise", "mask_components")

@@ -43,7 +43,7 @@ import torch
 from evolution import operators as ops
 from evolution.adapter_slots import Adapter
 from evolution.league import League
-from evolution.strengths import NEUTRAL_STRENGTH, check_strength
+from configs.strengths import NEUTRAL_STRENGTH, check_strength
 
 STATE_VERSION = 1
 SUB_POPULATIONS = ("teacher", "student")

@@ -7,7 +7,7 @@ import torch
 from evolution_adapters import delta, dense_svd, gen, make_adapter, rel, slot_names
 
 from evolution import operators
-from evolution.strengths import NEUTRAL_STRENGTH
+from configs.strengths import NEUTRAL_STRENGTH
 
 RANK = 4
 NEW_CROSSOVERS = ("dare", "splice_svd", "extrapolate")
