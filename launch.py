@@ -22,10 +22,9 @@ import sys
 from pathlib import Path
 
 from configs import Config, ConfigError, dump_config, load_config
-from planning.memory_plan import GiB, HostView, MemoryPlan, PlanInputError, load_model_dims, plan_memory, with_resolved_checkpointing
-from actors.placement import ClusterView, plan_placement
-
-DEFAULT_GPU_GIB = 80.0
+from planning.memory_plan import HostView, with_resolved_checkpointing
+from planning.placement import ClusterView
+from planning.run_plan import RunPlan, plan_run
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -122,52 +121,27 @@ def host_view() -> HostView:
                     shm_path=str(shm) if shm.is_dir() else "temp dir")
 
 
-def memory_plan(config: Config, view: ClusterView) -> MemoryPlan:
-    """The memory plan of ``config`` (``planning.memory_plan``): GPU capacity from the config, else the cluster, else 80 GiB.
-
-    Raises ``PlanInputError`` when the model's ``config.json`` cannot be read.
-    """
-    if config.resources.gpu_memory_gib is not None:
-        gpu_bytes, source = int(config.resources.gpu_memory_gib * GiB), "resources.gpu_memory_gib"
-    elif view.gpu_memory_bytes:
-        gpu_bytes, source = view.gpu_memory_bytes, f"nvidia-smi on {view.source}"
-    else:
-        gpu_bytes, source = int(DEFAULT_GPU_GIB * GiB), "default (set resources.gpu_memory_gib)"
-    source = f"{gpu_bytes / GiB:.1f} GiB per GPU, {source}"
-    return plan_memory(config, load_model_dims(config), plan_placement(config), gpu_bytes, host_view(), source)
-
-
-def missing_resources(config: Config, view: ClusterView) -> list[str]:
-    """The plan's resource lines that ``view`` cannot meet (empty when it fits). A local cluster started here is
-    given as many CPUs as the plan asks for (``actors.cluster.connect``), so only its GPUs can fall short."""
-    plan = plan_placement(config)
-    ok, lines = plan.check(view)
-    if ok:
-        return []
-    short = [line for line in lines if "NOT ENOUGH" in line or "largest node" in line]
-    if not view.source.startswith("Ray cluster"):
-        short = [line for line in short if not line.startswith("CPU:")]
-    return short
+def plan(config: Config) -> RunPlan:
+    """The whole plan of ``config`` (``planning.run_plan``), asked for once, on the cluster at RAY_ADDRESS (else
+    this machine) and this machine's memory."""
+    return plan_run(config, cluster_view(os.environ.get("RAY_ADDRESS")), host_view())
 
 
 def dry_run(config: Config) -> int:
     print("# resolved configuration")
     print(dump_config(config))
-    plan = plan_placement(config)
+    run_plan = plan(config)
     print("# placement plan")
-    print(plan.render())
-    view = cluster_view(os.environ.get("RAY_ADDRESS"))
-    ok, lines = plan.check(view)
-    print(f"\n# resources of {view.source}")
-    for line in lines:
+    print(run_plan.placement.render())
+    print(f"\n# resources of {run_plan.view.source}")
+    for line in run_plan.resource_lines:
         print(f"  {line}")
     if config.model.path.startswith("${"):
         print(f"\nnote: model.path is {config.model.path}: set that variable or override model.path=/path/to/model")
-    print(f"\ndry run: configuration valid; the plan {'fits' if ok else 'does NOT fit'} the resources above\n")
-    try:
-        memory = memory_plan(config, view)
-    except PlanInputError as exc:
-        print(f"memory: not planned: {exc}")
+    print(f"\ndry run: configuration valid; the plan {'fits' if run_plan.resources_fit else 'does NOT fit'} the resources above\n")
+    memory = run_plan.memory
+    if memory is None:
+        print(f"memory: not planned: {run_plan.memory_problem}")
         return 0
     print(memory.render())
     print(memory.verdict())
@@ -183,11 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.dry_run:
         return dry_run(config)
-    view = cluster_view(os.environ.get("RAY_ADDRESS"))
-    try:
-        memory = memory_plan(config, view)
-    except PlanInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    run_plan = plan(config)
+    memory = run_plan.memory
+    if memory is None:
+        print(f"error: {run_plan.memory_problem}", file=sys.stderr)
         return 2
     if not memory.fits:  # refuse before any actor starts
         print(memory.render(), file=sys.stderr)
@@ -195,9 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if not args.quiet:
         print(memory.verdict(), flush=True)
-    short = missing_resources(config, view)
+    short = run_plan.missing_resources()
     if short:  # refuse before any actor starts, instead of actors that wait forever for resources
-        print(f"error: {view.source} lacks resources the placement plan needs:", file=sys.stderr)
+        print(f"error: {run_plan.view.source} lacks resources the placement plan needs:", file=sys.stderr)
         for line in short:
             print(f"  {line}", file=sys.stderr)
         print("lower resources.* (inference_gpus, learner_gpus, ...) or run on a larger cluster; "

@@ -4,7 +4,7 @@ Every actor lives in namespace ``populora`` under the name the plan gives it, so
 ``ray list actors`` show them by role. A local cluster started here binds loopback only.
 
 Output: by default the actors' stdout and stderr go to ``RUN_DIR/logs/<actor>.log``
-(``actors.run_dir.route_output``, told the directory by ``POPULORA_LOG_DIR`` in the job's runtime
+(``reporting.run_dir.route_output``, told the directory by ``POPULORA_LOG_DIR`` in the job's runtime
 environment), Ray forwards nothing to the driver's terminal (``log_to_driver=False``; forwarding is
 asynchronous, so forwarded lines could land after the run's summary) and the actors' progress bars are
 off. ``forward_output`` (``launch.py --verbose``) keeps Ray's forwarding instead.
@@ -23,8 +23,8 @@ import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from actors.placement import ActorPlan, PlacementPlan
-from actors.run_dir import LOG_DIR_ENV, route_output
+from planning.placement import ActorPlan, PlacementPlan
+from reporting.run_dir import LOG_DIR_ENV, route_output
 
 NAMESPACE = "populora"
 log = logging.getLogger(__name__)

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from configs import Config
-from actors.run_dir import LOG_FORMAT, CheckpointWriteError, RunDirectory
+from checkpoints import CheckpointWriteError
+from reporting.run_dir import LOG_FORMAT, RunDirectory
 
 log = logging.getLogger("populora")
 progress_log = logging.getLogger("populora.progress")  # the lines the terminal shows: into driver.log, not twice on screen
@@ -90,7 +91,7 @@ def summary(rows: list[dict[str, Any]], run: RunDirectory, wall: float) -> str:
         f"  AST depth    {first['program_ast_depth']:.2f} -> {last['program_ast_depth']:.2f}; coverage {last['coverage']} n-grams",
         f"  evolution    {events} events; strongest member {best['id']} (mu {best['mu']:.2f}, sigma {best['sigma']:.2f})",
         f"  logs:        {run.logs} (driver.log, one file per actor)",
-        f"  plots:       python -m actors.report {run.root}",
+        f"  plots:       python -m reporting {run.root}",
     ])
 
 
@@ -236,8 +237,8 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
 
     from actors.cluster import connect
     from actors.loop import run_step
-    from actors.placement import plan_placement
-    from actors.rollouts import StepPrompts
+    from planning.placement import plan_placement
+    from rollouts import StepPrompts
 
     start_step = 1
     checkpoint, notes = run.find_checkpoint() if resume else (None, [])

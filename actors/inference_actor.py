@@ -21,7 +21,7 @@ from typing import Any
 import ray
 from typing_extensions import Buffer
 
-from actors.engines.adapter_store import ram_backed_root, write_adapter_dir
+from inference.adapter_store import ram_backed_root, write_adapter_dir
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class InferenceActor:
         route_actor_output("inference")  # engine processes inherit it
         import torch
 
-        from actors.engines import make_engine
+        from inference import make_engine
 
         if not ray.get_gpu_ids():
             torch.set_num_threads(max(1, int(os.environ.get("POPULORA_INFERENCE_THREADS", "1"))))

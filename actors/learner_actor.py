@@ -89,7 +89,7 @@ class LearnerActor:
 
     def train(self, samples: list[Any]) -> dict[str, dict[str, float]]:
         """One update of every owned member present in ``samples`` (rollouts.Sample); stats per member id."""
-        from actors.rollouts import advantage_group
+        from rollouts import advantage_group
         from learners.batching import Sample
 
         unowned = sorted({s.member for s in samples} - set(self.slots))
@@ -154,7 +154,7 @@ class LearnerActor:
         entries (size, SHA-256) of the files written, by path relative to ``checkpoint_dir/subdir``."""
         import torch
 
-        from actors.run_dir import check_checkpoint_dir, fsync_tree, tree_digests
+        from checkpoints import check_checkpoint_dir, fsync_tree, tree_digests
 
         check_checkpoint_dir(Path(checkpoint_dir), token, repr(self))
         root = Path(checkpoint_dir) / subdir
@@ -171,7 +171,7 @@ class LearnerActor:
         """Load the state ``checkpoint`` wrote into ``checkpoint_dir/subdir``."""
         import torch
 
-        from actors.run_dir import check_checkpoint_dir
+        from checkpoints import check_checkpoint_dir
 
         check_checkpoint_dir(Path(checkpoint_dir), token, repr(self))
         root = Path(checkpoint_dir) / subdir

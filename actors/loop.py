@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import ray
 
-from actors.rollouts import (
+from rollouts import (
     StepPrompts,
     bounded_validations,
     drop_rejected_proposals,
@@ -28,7 +28,7 @@ from actors.rollouts import (
     student_samples,
     teacher_samples,
 )
-from actors.step_metrics import step_row
+from reporting.step_metrics import step_row
 
 if TYPE_CHECKING:
     from actors.system import System
@@ -94,5 +94,6 @@ def run_step(system: "System", step: int, prompts: StepPrompts) -> dict[str, Any
     with timer("evolve"):
         events = system.evolve(step)  # empty except every E steps
 
-    return step_row(step, system, proposals, validations, solves, per_job, rho, samples, train_stats, events, timer.seconds,
-                    prompt_metrics(proposals, solves, dropped, prompts))
+    members = ray.get(league.members.remote())
+    return step_row(step, members, system.coverage, families, proposals, validations, solves, per_job, rho, samples,
+                    train_stats, events, timer.seconds, prompt_metrics(proposals, solves, dropped, prompts))

@@ -26,13 +26,13 @@ from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.cluster import actor_options
-from actors.engines.requests import GenerationRequest
+from inference.requests import GenerationRequest
 from actors.inference_actor import InferenceActor
 from actors.league_actor import LeagueActor
 from actors.learner_actor import LearnerActor
-from actors.placement import PlacementPlan
-from actors.run_dir import file_digest, mark_checkpoint_dir, read_checkpoint_token
-from actors.rollouts import Sample
+from planning.placement import PlacementPlan
+from checkpoints import file_digest, mark_checkpoint_dir, read_checkpoint_token
+from rollouts import Sample
 from actors.verifier_pool import VerifierActor, VerifierPool
 from configs import Config
 from verifier.metrics import Coverage

@@ -144,7 +144,7 @@ def main() -> None:
     import ray
 
     from actors.cluster import NAMESPACE
-    from actors.placement import plan_placement
+    from planning.placement import plan_placement
     from actors.system import System
     from configs import load_config
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from actors.engines import make_engine  # noqa: E402
+from inference import make_engine  # noqa: E402
 from evaluation.code_judge import CodeJudge, JudgeLimits  # noqa: E402
 from evaluation.datasets import load_benchmark  # noqa: E402
 from evaluation.harness import Decoding, ModelSpec, evaluate  # noqa: E402

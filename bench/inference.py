@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from actors.engines import GenerationRequest, make_engine, vllm_available  # noqa: E402
+from inference import GenerationRequest, make_engine, vllm_available  # noqa: E402
 
 ADAPTERS = 8
 RANK, ALPHA = 8, 16.0

@@ -29,8 +29,8 @@ from statistics import fmean
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from actors.engines import make_engine  # noqa: E402
-from actors.engines.requests import GenerationRequest  # noqa: E402
+from inference import make_engine  # noqa: E402
+from inference.requests import GenerationRequest  # noqa: E402
 from configs.loading import load_config  # noqa: E402
 from tinycoder import ensure_model  # noqa: E402
 from tinycoder.corpus import CorpusSettings, build_corpus  # noqa: E402

@@ -49,14 +49,14 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from actors.engines import make_engine  # noqa: E402
-from actors.engines.requests import GenerationRequest  # noqa: E402
-from actors.rollouts import SolveJob, advantage_group, student_samples  # noqa: E402
+from inference import make_engine  # noqa: E402
+from inference.requests import GenerationRequest  # noqa: E402
+from rollouts import SolveJob, advantage_group, student_samples  # noqa: E402
 from bench.learning import generator_tasks, probe_tasks  # noqa: E402
 from configs.loading import load_config  # noqa: E402
 from evolution import operators  # noqa: E402
 from evolution.replacement import DEFAULT_OPERATORS, apply_operator  # noqa: E402
-from evolution.strengths import check_strength  # noqa: E402
+from configs.strengths import check_strength  # noqa: E402
 from learners.adapter_optim import AdapterOptimizers  # noqa: E402
 from learners.batching import Sample  # noqa: E402
 from learners.multi_lora import LoRASpec, MultiLoRAModel  # noqa: E402

@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from actors.engines import make_engine  # noqa: E402
-from actors.engines.requests import GenerationRequest  # noqa: E402
-from actors.rollouts import SolveJob, advantage_group, student_samples  # noqa: E402
+from inference import make_engine  # noqa: E402
+from inference.requests import GenerationRequest  # noqa: E402
+from rollouts import SolveJob, advantage_group, student_samples  # noqa: E402
 from bench.learning import generator_tasks, probe_tasks, solve_rate  # noqa: E402
 from configs.loading import load_config  # noqa: E402
 from learners.adapter_optim import AdapterOptimizers  # noqa: E402

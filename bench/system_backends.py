@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from actors.run_dir import RunDirectory  # noqa: E402
+from reporting.run_dir import RunDirectory  # noqa: E402
 
 GENERATING_PHASES = ("propose", "solve")
 
@@ -73,7 +73,7 @@ def main() -> None:
     if args.steps < 1 or args.rounds < 1:
         parser.error("--steps and --rounds must be at least 1")
     if "vllm" in args.backends:
-        from actors.engines import vllm_available
+        from inference import vllm_available
 
         ok, why = vllm_available()
         if not ok:

@@ -9,7 +9,7 @@
 Teachers: fresh proposals for code_o / code_i (K references from a buffer that starts with the
 identity seed and grows with the valid proposals, as in a run) and code_f (inputs + message for
 programs proposed in this bench), sampled with the run's settings (``configs/tiny.yaml``: temperature,
-new-token budget, K references, code_f inputs, rollouts per task) through ``actors.engines.make_engine('hf', ...)``, validated by the verifier. Students: k rollouts
+new-token budget, K references, code_f inputs, rollouts per task) through ``inference.make_engine('hf', ...)``, validated by the verifier. Students: k rollouts
 per valid task, judged by the verifier.
 
 Side by side in the same run: a randomly initialised model of the same architecture and tokenizer
@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from actors.engines import GenerationRequest, make_engine  # noqa: E402
+from inference import GenerationRequest, make_engine  # noqa: E402
 from configs.loading import load_config  # noqa: E402
 from tinycoder import BUILD_ENV, VARIANTS, ensure_model, model_dir  # noqa: E402
 from tinycoder.build import TYPICAL_EXAMPLE  # noqa: E402

@@ -191,7 +191,7 @@ def _model_specs(args: argparse.Namespace, checkpoint: Path) -> tuple[list[tuple
 
 def _build_engine(args: argparse.Namespace, checkpoint: Path):
     """One engine holding every adapter: this run's members, the compared run's members; the base."""
-    from actors.engines.factory import make_engine
+    from inference.factory import make_engine
 
     config = run_config(args.run_dir)
     base = model_path(config)

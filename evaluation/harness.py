@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from actors.engines.requests import GenerationRequest
+from inference.requests import GenerationRequest
 from evaluation.code_judge import CodeJudge, Outcome
 from evaluation.datasets import CodeProblem, MathProblem, Problem
 from evaluation.math_grade import MathGrader, extract_answer

@@ -1,7 +1,7 @@
 """What an evaluation reads from run directories: the checkpoint, its members' adapter directories,
 the run's configuration and base model. Read only: nothing here writes to a run, model or data dir.
 
-Checkpoint layout (``actors.run_dir``): ``RUN_DIR/checkpoints/step-N/learners/<i>/adapters/<member>/``
+Checkpoint layout (``checkpoints``): ``RUN_DIR/checkpoints/step-N/learners/<i>/adapters/<member>/``
 holds one PEFT adapter directory per member; ``RUN_DIR/checkpoints/latest`` names the newest.
 """
 

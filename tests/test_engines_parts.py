@@ -13,10 +13,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.engines.adapter_store import AdapterStore, ram_backed_root, read_adapter_spec
-from actors.engines.base import cut_at_stop, sample_seed
-from actors.engines.requests import AdapterLoadError, GenerationRequest, InvalidRequestError
-from actors.engines.sampling import sample_tokens
+from inference.adapter_store import AdapterStore, ram_backed_root, read_adapter_spec
+from inference.base import cut_at_stop, sample_seed
+from inference.requests import AdapterLoadError, GenerationRequest, InvalidRequestError
+from inference.sampling import sample_tokens
 
 
 def generators(*seeds: int) -> list[torch.Generator]:

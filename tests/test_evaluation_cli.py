@@ -102,8 +102,8 @@ def test_samples_give_pass_at_k_from_every_sample(tiny_qwen2, tmp_path, capsys):
 
 
 def test_training_evaluator_logs_every_member_to_metrics_and_tensorboard(tiny_qwen2, tmp_path):
-    from actors.engines import make_engine
-    from actors.run_dir import RunDirectory
+    from inference import make_engine
+    from reporting.run_dir import RunDirectory
     from configs import load_config
     from evaluation.training import TrainingEvaluator
 

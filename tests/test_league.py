@@ -215,7 +215,7 @@ def test_rating_updates_use_the_league_environment_not_the_global_one():
 
 
 def test_report_plots_ratings_relative_to_the_sub_population_mean(tmp_path):
-    from actors.report import plot_ratings, relative_ratings, sub_population_means
+    from reporting.report import plot_ratings, relative_ratings, sub_population_means
 
     rows = [
         {"step": 1, "members": [{"id": "t0", "role": "teacher", "mu": 30.0, "sigma": 2.0},

@@ -25,7 +25,7 @@ from planning.memory_plan import (
     plan_memory,
     with_resolved_checkpointing,
 )
-from actors.placement import plan_placement
+from planning.placement import plan_placement
 from configs import PRESETS_DIR, load_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.placement import ClusterView, plan_placement
+from planning.placement import ClusterView, plan_placement
 from configs import PRESETS_DIR, load_config
 
 

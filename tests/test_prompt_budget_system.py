@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from actors.rollouts import StepPrompts
+from rollouts import StepPrompts
 from configs import load_config
 from verifier.tasks import Task
 
@@ -49,7 +49,7 @@ def test_a_step_with_maximum_size_tasks_and_k_runs_within_budget(tiny_model, tmp
 
     from actors.cluster import connect
     from actors.loop import run_step
-    from actors.placement import plan_placement
+    from planning.placement import plan_placement
     from actors.system import System
 
     overrides = ["model.tiny_variant=test", f"model.max_seq_len={MAX_SEQ_LEN}", f"inference.max_tokens={MAX_TOKENS}",

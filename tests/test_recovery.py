@@ -23,7 +23,8 @@ import pytest
 import ray
 
 from actors.cluster import NAMESPACE
-from actors.run_dir import CheckpointWriteError, RunDirectory
+from checkpoints import CheckpointWriteError
+from reporting.run_dir import RunDirectory
 from configs import load_config
 
 from short_runs import ROOT, launch_env

@@ -1,9 +1,9 @@
-"""The report (actors.report): its figures and summary.md, with every number in summary.md recomputed here
+"""The report (reporting.report): its figures and summary.md, with every number in summary.md recomputed here
 from the raw rows of metrics.jsonl (mean, closed-form slope, the slope's CI from numpy's covariance and an
 integrated t quantile, the smoothed ends by explicit windows).
 
 Two real short runs (population and single agent, tiny `test` model) and a 60-step pair written in the
-exact schema of a real row (``actors.step_metrics``), with a known rising and falling complexity and steps
+exact schema of a real row (``reporting.step_metrics``), with a known rising and falling complexity and steps
 without any valid task (whose 0.0 means must not count).
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from actors.report import write_report
+from reporting.report import write_report
 from short_runs import ROOT, SHORT, launch_env
 from student_t import t975_by_integration
 
@@ -128,7 +128,7 @@ def check_figures(written: list[Path], plots: Path, compared: bool) -> None:
 # ---------------------------------------------------------------- 60 steps in a real row's schema
 
 def schema_row(step: int, members: list[dict], valid_tasks: int, depth: float, rng: np.random.Generator) -> dict:
-    """One row with every key ``actors.step_metrics.step_row`` writes (after the driver moved ``examples``)."""
+    """One row with every key ``reporting.step_metrics.step_row`` writes (after the driver moved ``examples``)."""
     complexity = {"program_ast_depth": depth, "program_cyclomatic": 1 + depth / 4, "program_loc": depth - 1,
                   "program_variables": 2 + rng.normal(scale=0.3)}
     if valid_tasks == 0:
@@ -203,7 +203,7 @@ def test_sixty_step_runs_summary_matches_metrics_and_finds_the_trends(tmp_path):
 
 def test_report_of_a_single_run_has_no_comparison_and_the_cli_prints_the_summary(tmp_path):
     rows = write_run(tmp_path / "single", single=True, seed=2)
-    out = subprocess.run([sys.executable, "-m", "actors.report", str(tmp_path / "single")], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "reporting", str(tmp_path / "single")], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     plots = tmp_path / "single" / "plots"
@@ -214,12 +214,12 @@ def test_report_of_a_single_run_has_no_comparison_and_the_cli_prints_the_summary
 
 
 def test_report_states_how_each_run_stopped(tmp_path):
-    from actors.run_dir import RunDirectory
+    from reporting.run_dir import RunDirectory
 
     write_run(tmp_path / "pop", single=False, seed=3)
     write_run(tmp_path / "single", single=True, seed=4)
     RunDirectory(tmp_path / "pop").write_status("failed", 41, 1, "RuntimeError: CPU Generator does not use offset")
-    out = subprocess.run([sys.executable, "-m", "actors.report", str(tmp_path / "pop"), str(tmp_path / "single")],
+    out = subprocess.run([sys.executable, "-m", "reporting", str(tmp_path / "pop"), str(tmp_path / "single")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     failed = "it failed at step 41, after recovering 1 time(s): RuntimeError: CPU Generator does not use offset"
@@ -253,7 +253,7 @@ def real_runs(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.mark.slow
 def test_report_on_real_population_and_single_agent_runs(real_runs):
     pop, single = real_runs
-    out = subprocess.run([sys.executable, "-m", "actors.report", str(pop), str(single)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "reporting", str(pop), str(single)], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     plots = pop / "plots"
@@ -275,6 +275,6 @@ def test_report_skips_event_records_stops_at_a_cut_line_and_refuses_an_empty_log
     assert "20 steps (1-20)" in (tmp_path / "pop" / "plots" / "summary.md").read_text()
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "metrics.jsonl").write_text("")
-    out = subprocess.run([sys.executable, "-m", "actors.report", str(tmp_path / "empty")], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "reporting", str(tmp_path / "empty")], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "holds no steps yet" in out.stderr

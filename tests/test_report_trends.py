@@ -1,4 +1,4 @@
-"""The report's trend statistics (actors.report_trends) against independent computations: an explicit window
+"""The report's trend statistics (reporting.report_trends) against independent computations: an explicit window
 loop, numpy's polyfit and its covariance, Student's t by numerical integration of its density, published
 t-table values, and the CI's coverage on simulated lines."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from student_t import t975_by_integration
 
-from actors.report_trends import (
+from reporting.report_trends import (
     fit_line, rolling_mean, smoothing_half_width, t_quantile_975, t_two_sided_probability,
 )
 

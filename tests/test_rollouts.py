@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.engines.requests import Generation
-from actors.rollouts import (
+from inference.requests import Generation
+from rollouts import (
     ProposalJob,
     Sample,
     SolveJob,
@@ -83,7 +83,7 @@ def test_advantage_groups_per_family_or_per_task():
 
 import pytest  # noqa: E402
 
-from actors.rollouts import (  # noqa: E402
+from rollouts import (  # noqa: E402
     StepPrompts,
     bounded_validations,
     drop_rejected_proposals,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.report import write_report
-from actors.run_dir import RunDirectory
+from reporting.report import write_report
+from reporting.run_dir import RunDirectory
 from configs import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,6 +83,6 @@ def test_report_writes_plots_and_compares_two_runs(tmp_path):
 
 
 def test_report_cli_errors_on_a_missing_run(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "actors.report", str(tmp_path / "nope")], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "reporting", str(tmp_path / "nope")], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "does not exist" in out.stderr

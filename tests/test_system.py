@@ -81,7 +81,7 @@ def test_end_to_end_run_then_resume(tiny_model, tmp_path):
     resumed_members = {m["id"] for m in metrics(run_dir)[2]["members"]}
     assert resumed_members == set(saved_league["roles"])  # the league continued from the saved state
 
-    report = subprocess.run([sys.executable, "-m", "actors.report", str(run_dir)], cwd=ROOT, capture_output=True,
+    report = subprocess.run([sys.executable, "-m", "reporting", str(run_dir)], cwd=ROOT, capture_output=True,
                             text=True, timeout=180)
     assert report.returncode == 0, report.stderr
     assert len(list((run_dir / "plots").glob("*.png"))) == 5

@@ -11,7 +11,7 @@ from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 
 from actors.cluster import NAMESPACE, actor_options
-from actors.placement import plan_placement
+from planning.placement import plan_placement
 from actors.verifier_pool import VerifierActor, VerifierPool
 from configs import load_config
 

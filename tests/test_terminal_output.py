@@ -90,7 +90,7 @@ def test_this_installation_has_the_dashboard():
 def test_route_output_sends_prints_logging_and_child_processes_to_the_file(tmp_path):
     script = textwrap.dedent("""
         import logging, os, subprocess, sys
-        from actors.run_dir import route_output
+        from reporting.run_dir import route_output
         path = route_output("worker-x")
         print("from print")
         logging.getLogger("some.module").info("from logging")
@@ -106,7 +106,7 @@ def test_route_output_sends_prints_logging_and_child_processes_to_the_file(tmp_p
     for line in ("--- worker-x: pid", "from print", "INFO some.module: from logging", "from a child", "from fd 1",
                  str(tmp_path / "logs" / "worker-x.log")):
         assert line in text
-    unset = subprocess.run([sys.executable, "-c", "from actors.run_dir import route_output; print(route_output('y'))"],
+    unset = subprocess.run([sys.executable, "-c", "from reporting.run_dir import route_output; print(route_output('y'))"],
                            cwd=ROOT, capture_output=True, text=True, timeout=60,
                            env={k: v for k, v in os.environ.items() if k != "POPULORA_LOG_DIR"})
     assert unset.stdout.strip() == "None"

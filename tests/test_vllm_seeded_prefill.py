@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.engines import GenerationRequest, make_engine, vllm_available
+from inference import GenerationRequest, make_engine, vllm_available
 
 pytestmark = pytest.mark.vllm
 

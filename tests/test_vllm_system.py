@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.engines import vllm_available
+from inference import vllm_available
 from short_runs import ROOT, SHORT, launch_env
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from typing_extensions import Buffer
 
-from actors.engines.requests import AdapterLoadError
+from inference.requests import AdapterLoadError
 from learners.peft_io import WEIGHTS_NAME, read_adapter_config
 
 

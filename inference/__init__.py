@@ -3,9 +3,9 @@
 ``make_engine`` builds a vLLM or a transformers engine behind the same :class:`Engine` protocol.
 """
 
-from actors.engines.base import Engine
-from actors.engines.factory import make_engine, vllm_available
-from actors.engines.requests import (
+from inference.base import Engine
+from inference.factory import make_engine, vllm_available
+from inference.requests import (
     AdapterLoadError,
     Generation,
     GenerationRequest,

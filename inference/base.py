@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from actors.engines.adapter_store import AdapterSpec, AdapterStore, read_adapter_spec
-from actors.engines.requests import (
+from inference.adapter_store import AdapterSpec, AdapterStore, read_adapter_spec
+from inference.requests import (
     AdapterLoadError,
     Generation,
     GenerationRequest,

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import torch
 
-from actors.engines.base import EngineBase, LoadedAdapter, PreparedRequest, cut_at_stop, sample_seed
-from actors.engines.requests import AdapterLoadError, Generation
-from actors.engines.sampling import sample_tokens
+from inference.base import EngineBase, LoadedAdapter, PreparedRequest, cut_at_stop, sample_seed
+from inference.requests import AdapterLoadError, Generation
+from inference.sampling import sample_tokens
 from learners.multi_lora import NO_ADAPTER, TARGET_MODULES, LoRASpec, MultiLoRAModel, Strategy
 from learners.peft_io import load_adapter as load_peft_adapter
 

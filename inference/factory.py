@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from packaging.version import Version
 
-from actors.engines.base import Engine
+from inference.base import Engine
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +63,12 @@ def make_engine(
     if backend in ("auto", "vllm"):
         ok, why = vllm_available()
         if ok and backend == "auto":
-            from actors.engines.vllm_engine import vllm_platform_is_cpu
+            from inference.vllm_engine import vllm_platform_is_cpu
 
             if vllm_platform_is_cpu():
                 ok, why = False, f"{why}, but on CPU the transformers backend runs the loop faster (docs/inference.md)"
         if ok:
-            from actors.engines.vllm_engine import VLLMEngine
+            from inference.vllm_engine import VLLMEngine
 
             try:
                 engine = VLLMEngine(engine_args=engine_args, **common)
@@ -87,6 +87,6 @@ def make_engine(
         log.info("inference backend: transformers (requested)")
     if engine_args:
         log.info("transformers backend: ignoring the vLLM engine_args %s", sorted(engine_args))
-    from actors.engines.hf_engine import HFEngine
+    from inference.hf_engine import HFEngine
 
     return HFEngine(**common, **hf_options)

@@ -1,5 +1,5 @@
 """The numbers behind the report's figures: each metric's measured series, its smoothed trend and fitted
-line (``actors.report_trends``), and ``summary.md``, which states them per figure.
+line (``reporting.report_trends``), and ``summary.md``, which states them per figure.
 
 A step counts for a metric only where it measured it: ``step_metrics`` writes 0.0 for the mean of nothing,
 so the complexity metrics (means over the valid proposals' programs) need ``valid_tasks >= 1``, and the
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.report_trends import LineFit, fit_line, rolling_mean, smoothing_half_width
+from reporting.report_trends import LineFit, fit_line, rolling_mean, smoothing_half_width
 
 Rows = list[dict[str, Any]]
 
@@ -172,7 +172,7 @@ def write_summary(runs: list[tuple[str, Rows]], out: Path, statuses: dict[str, s
         f"h = clamp(n // 10, 1, 5) with n the metric's measured steps ({2 * h + 1} at n = {len(rows)}), one-sided at "
         "the ends (first/last smoothed = mean of the first/last h+1 points). Slope: ordinary "
         "least squares of the raw values on the step; its 95% CI is t(0.975, n-2) * s / sqrt(Sxx) "
-        "(`actors/report_trends.py`). trend: rises / falls where that CI excludes 0, else flat. A step counts "
+        "(`reporting/report_trends.py`). trend: rises / falls where that CI excludes 0, else flat. A step counts "
         "for the complexity metrics only with >= 1 valid task, for the solve rate and student reward only with "
         ">= 1 rollout. Running totals (cumulative) are not smoothed and get no CI (their residuals are not "
         "independent).",

@@ -14,14 +14,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from statistics import fmean
-from typing import TYPE_CHECKING, Any, Sequence
-
-import ray
+from typing import Any, Sequence
 
 from verifier.metrics import program_metrics
-
-if TYPE_CHECKING:
-    from actors.system import System
 
 RHO_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -62,7 +57,9 @@ def examples(proposals: Sequence[Any], validations: Sequence[Any], solves: Seque
 
 def step_row(
     step: int,
-    system: "System",
+    members: list[dict[str, Any]],
+    coverage: Any,
+    families: Sequence[str],
     proposals: Sequence[Any],
     validations: Sequence[Any],
     solves: Sequence[Any],
@@ -74,18 +71,19 @@ def step_row(
     phase_seconds: dict[str, float],
     prompts: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The row; ``prompts`` (``actors.rollouts.prompt_metrics``: prompt sizes, trimmed references, dropped
+    """The row (pure: the loop passes the league's ``members``, the run's ``coverage`` tracker and the task
+    ``families``); ``prompts`` (``rollouts.prompt_metrics``: prompt sizes, trimmed references, dropped
     requests with their reasons) is merged in."""
     programs = [v.task.program for v in validations if v.valid]
     complexity = [program_metrics(p) for p in programs]
-    new = system.coverage.update(programs)
+    new = coverage.update(programs)
     verdicts = [v for per_task in judgements for v in per_task]
 
     rewards: dict[str, list[float]] = defaultdict(list)
     for sample in samples:
         rewards[sample.member].append(sample.reward)
     per_family: dict[str, dict[str, float]] = {}
-    for family in system.config.tasks.families:
+    for family in families:
         fam = [i for i, p in enumerate(proposals) if p.family == family]
         solved = [rho[i] for i in fam if rho[i] is not None]
         per_family[family] = {
@@ -94,7 +92,6 @@ def step_row(
             "mean_rho": _mean(solved),
         }
 
-    members = ray.get(system.league.members.remote())
     for member in members:
         member["reward"] = _mean(rewards.get(member["id"], []))
     return {
@@ -108,8 +105,8 @@ def step_row(
         "program_cyclomatic": _mean([m["cyclomatic"] for m in complexity]),
         "program_loc": _mean([m["loc"] for m in complexity]),
         "program_variables": _mean([m["variables"] for m in complexity]),
-        "coverage": len(system.coverage.ngrams),
-        "distinct_structures": len(system.coverage.structures),
+        "coverage": len(coverage.ngrams),
+        "distinct_structures": len(coverage.structures),
         "new_structures": new["new_structures"],
         "valid_tasks": len(programs),
         "rollouts": len(verdicts),

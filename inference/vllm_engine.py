@@ -36,8 +36,8 @@ from typing import Any
 
 from packaging.version import Version
 
-from actors.engines.base import EngineBase, LoadedAdapter, PreparedRequest
-from actors.engines.requests import AdapterLoadError, Generation
+from inference.base import EngineBase, LoadedAdapter, PreparedRequest
+from inference.requests import AdapterLoadError, Generation
 
 log = logging.getLogger(__name__)
 
