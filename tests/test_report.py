@@ -278,3 +278,13 @@ def test_report_skips_event_records_stops_at_a_cut_line_and_refuses_an_empty_log
     out = subprocess.run([sys.executable, "-m", "reporting", str(tmp_path / "empty")], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "holds no steps yet" in out.stderr
+
+
+def test_the_old_entry_point_still_works_and_says_where_it_moved(tmp_path):
+    """``python -m actors.report`` (before the reports moved to ``reporting/``) keeps working for one release."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text("")
+    out = subprocess.run([sys.executable, "-m", "actors.report", str(tmp_path / "empty")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "holds no steps yet" in out.stderr
+    assert "moved to `python -m reporting`" in out.stderr
