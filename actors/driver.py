@@ -310,7 +310,9 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
                     bar.refresh()
                 row = run_step(system, step, prompts)
                 if evaluator is not None and evaluator.due(step):  # eval/<benchmark>/<member> in metrics and TensorBoard
+                    started = time.perf_counter()
                     row.update(evaluator(system.generate, sorted(system.owners)))
+                    row["phase_seconds"]["evaluate"] = round(time.perf_counter() - started, 4)
                 run.append_metrics(row)
                 progress_log.info(format_step(row, last_step))
                 system.publish_metrics(row)
@@ -319,8 +321,10 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
                     bar.write(format_step(row, last_step))
                 bar.update(1)
                 if step % config.run.checkpoint_every == 0 or step == last_step:
+                    started = time.perf_counter()
                     run.save_checkpoint(step, lambda d, s=step: system.checkpoint(d, s))
                     since = time.perf_counter()
+                    run.append_event({"event": "checkpoint", "checkpoint_step": step, "seconds": round(since - started, 4)})
                 run.write_status("running", step, recovery.count)
                 step += 1
             except Exception as exc:

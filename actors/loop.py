@@ -1,5 +1,9 @@
 """One PopuLoRA step: match, propose, validate, solve, update (and evolve every E steps).
 
+Each phase's seconds go to the step's row (``phase_seconds``): match, propose, validate, solve (generation),
+judge (the verifiers on the answers), train, handover (new adapter versions to the engines), record (the
+league's outcomes), evolve; the driver adds evaluate, and logs each checkpoint's seconds as an event.
+
 On-policy: every phase of step t uses the adapter versions published at the end of step t-1; the
 update of step t trains on samples drawn by exactly those versions (the engine reports the version
 that produced each sample). Phases are not overlapped across steps.
@@ -79,15 +83,20 @@ def run_step(system: "System", step: int, prompts: StepPrompts) -> dict[str, Any
             job.generations = generations
         solves, validations, dropped_solves = drop_rejected_solves(solves, validations)
         dropped += dropped_solves
+
+    with timer("judge"):
         judgements = system.verifiers.judge(judge_items(solves))
         per_job = [judgements[i * cfg.tasks.rollouts_k:(i + 1) * cfg.tasks.rollouts_k] for i in range(len(solves))]
         rho = solve_rates(len(proposals), solves, per_job)
 
-    with timer("update"):
+    # update: train every member on its samples, hand the new versions to the engines, record the outcomes
+    with timer("train"):
         samples = teacher_samples(proposals, rho, cfg.rewards, cfg.population.single_agent)
         samples += student_samples(solves, per_job, cfg.rewards)
         train_stats = system.train(samples)
+    with timer("handover"):
         system.publish_adapters()
+    with timer("record"):
         outcomes = [(j.teacher, j.student, rho[i] is not None, rho[i] or 0.0) for i, j in enumerate(proposals)]
         ray.get(league.record.remote(step, outcomes, [v.task.to_dict() for v in validations if v.valid]))
 

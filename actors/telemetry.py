@@ -10,7 +10,7 @@ from typing import Any
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
-PHASES = ("match", "propose", "validate", "solve", "update", "evolve")
+PHASES = ("match", "propose", "validate", "solve", "judge", "train", "handover", "record", "evolve", "evaluate")
 
 
 class StepMetrics:

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from inference import make_engine  # noqa: E402
 from inference.requests import GenerationRequest  # noqa: E402
 from configs.loading import load_config  # noqa: E402
+from reporting.run_dir import RunDirectory  # noqa: E402
 from tinycoder import ensure_model  # noqa: E402
 from tinycoder.corpus import CorpusSettings, build_corpus  # noqa: E402
 from tinycoder.examples import f_task, io_task  # noqa: E402
@@ -103,7 +104,7 @@ def final_students(run_dir: Path) -> dict[str, Path]:
 
 
 def trajectory(run_dir: Path) -> dict[str, list[float]]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = RunDirectory(run_dir).read_metrics()
     keys = ("valid_rate", "solve_rate", "program_ast_depth", "program_cyclomatic", "program_loc", "program_variables", "coverage")
     return {k: [r[k] for r in rows] for k in keys}
 

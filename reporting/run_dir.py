@@ -130,12 +130,12 @@ class RunDirectory(CheckpointStore):
         return rows
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """The step rows, in order."""
-        return [r for r in self._records() if "step" in r]
+        """The step rows, in order (event records that name a step, such as a checkpoint's, are events)."""
+        return [r for r in self._records() if "step" in r and "event" not in r]
 
-    def read_events(self) -> list[dict[str, Any]]:
-        """The event records (recoveries), in order."""
-        return [r for r in self._records() if "event" in r]
+    def read_events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """The event records (``recovery``; ``checkpoint`` with its step and seconds), in order; only ``kind``'s if given."""
+        return [r for r in self._records() if "event" in r and kind in (None, r["event"])]
 
     def truncate_metrics(self, last_step: int) -> None:
         """Keep the rows up to ``last_step`` and every event (a resumed or recovered run repeats the steps after

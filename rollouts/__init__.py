@@ -282,6 +282,7 @@ def prompt_metrics(proposals: Sequence[ProposalJob], solves: Sequence[SolveJob],
     for d in dropped:
         reasons[d.reason] = reasons.get(d.reason, 0) + 1
     return {
+        "tokens": role_tokens(proposals, solves),
         "prompt_style": prompts.prompter.style,
         "prompt_budget": prompts.budget,
         "prompt_tokens_max": max(lengths, default=0),
@@ -290,6 +291,15 @@ def prompt_metrics(proposals: Sequence[ProposalJob], solves: Sequence[SolveJob],
                              "student": sum(d.role == "student" for d in dropped)},
         "dropped_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])[:5]),
     }
+
+
+def role_tokens(proposals: Sequence[ProposalJob], solves: Sequence[SolveJob]) -> dict[str, dict[str, int]]:
+    """Per role: sequences generated and their prompt and completion tokens (what the time plan's lengths are)."""
+    teacher = [j.generation for j in proposals if j.generation is not None]
+    student = [g for s in solves for g in s.generations]
+    return {role: {"sequences": len(gens), "prompt": sum(len(g.prompt_token_ids) for g in gens),
+                   "completion": sum(len(g.token_ids) for g in gens)}
+            for role, gens in (("teacher", teacher), ("student", student))}
 
 
 def solve_rates(n_proposals: int, solves: Sequence[SolveJob], judgements: Sequence[Sequence[Any]]) -> list[float | None]:

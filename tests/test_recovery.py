@@ -156,7 +156,7 @@ def test_an_actor_killed_mid_run_is_recovered_and_nothing_is_lost(kind, referenc
     assert code == 0
     run = RunDirectory(run_dir)
     assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]
-    events = run.read_events()
+    events = run.read_events("recovery")
     if kind.startswith("verifier"):  # Ray restarts a verifier and the pool resubmits: no driver recovery
         assert events == []
     else:
@@ -185,7 +185,7 @@ def test_a_second_fault_while_recovering_is_recovered_too(reference, tmp_path, c
     assert code == 0
     run = RunDirectory(run_dir)
     assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]
-    events = run.read_events()
+    events = run.read_events("recovery")
     assert [e["recovery"] for e in events] == [1, 2] and events[0]["restored_step"] is None, events
     assert events[0]["actors"] == ["learner-student"] and "Actor" in events[0]["attempt_error"]
     assert events[1]["restored_step"] in (0, 1, 2)

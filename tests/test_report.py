@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from reporting.report import write_report
+from reporting.run_dir import RunDirectory
 from short_runs import ROOT, SHORT, launch_env
 from student_t import t975_by_integration
 
@@ -35,7 +36,8 @@ CUMULATIVE = {"coverage", "distinct_structures"}
 
 
 def read_rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    """The step rows (a run also logs events, e.g. each checkpoint's seconds)."""
+    return RunDirectory(run_dir).read_metrics()
 
 
 def expected(rows: list[dict], key: str) -> dict:

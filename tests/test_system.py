@@ -21,6 +21,8 @@ import torch
 
 from short_runs import ROOT, SHORT, launch_env
 
+from reporting.run_dir import RunDirectory
+
 
 @pytest.fixture(scope="module")
 def tiny_model() -> Path:
@@ -35,7 +37,7 @@ def launch(*args: str, timeout: int = 600, env: dict[str, str] | None = None) ->
 
 
 def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return RunDirectory(run_dir).read_metrics()
 
 
 @pytest.mark.slow
@@ -48,7 +50,13 @@ def test_end_to_end_run_then_resume(tiny_model, tmp_path):
     keys = {"step", "members", "valid_rate", "solve_rate", "teacher_reward", "student_reward", "program_ast_depth",
             "program_cyclomatic", "program_loc", "program_variables", "coverage", "phase_seconds", "evolution"}
     assert keys <= set(rows[0])
-    assert set(rows[0]["phase_seconds"]) >= {"match", "propose", "validate", "solve", "update"}
+    assert set(rows[0]["phase_seconds"]) == {"match", "propose", "validate", "solve", "judge", "train", "handover", "record",
+                                             "evolve"}
+    tokens = rows[0]["tokens"]  # what the time plan's --from-run reads
+    assert tokens["teacher"]["sequences"] > 0 and tokens["teacher"]["prompt"] > tokens["teacher"]["sequences"]
+    assert tokens["student"]["completion"] >= 0
+    saved = RunDirectory(run_dir).read_events("checkpoint")
+    assert [e["checkpoint_step"] for e in saved] == [2] and saved[0]["seconds"] > 0
     assert {m["role"] for m in rows[0]["members"]} == {"teacher", "student"}
     assert rows[1]["evolution"], "evolution is due at step 2 (period 2)"
     event = rows[1]["evolution"][0]

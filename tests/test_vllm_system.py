@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from inference import vllm_available
+from reporting.run_dir import RunDirectory
 from short_runs import ROOT, SHORT, launch_env
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -37,8 +38,7 @@ def launch(*args: str) -> subprocess.CompletedProcess:
 
 
 def untimed_rows(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in row.items() if k != "phase_seconds"} for row in rows]
+    return [{k: v for k, v in row.items() if k != "phase_seconds"} for row in RunDirectory(run_dir).read_metrics()]
 
 
 def test_vllm_runs_the_loop_like_transformers_and_resumes(tiny_model, tmp_path):
