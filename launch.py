@@ -25,6 +25,8 @@ from configs import Config, ConfigError, dump_config, load_config
 from planning.memory_plan import HostView, with_resolved_checkpointing
 from planning.placement import ClusterView
 from planning.run_plan import RunPlan, plan_run
+from planning.time_plan import Lengths, RunRecordError, lengths_from_run, measured_phase_seconds
+from reporting.run_dir import RunDirectory
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -40,7 +42,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run-dir", type=Path, help="output directory (default: runs/<name>-<timestamp>)")
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its latest checkpoint")
     parser.add_argument("--steps", type=int, help="steps to run (with --resume: further steps)")
-    parser.add_argument("--dry-run", action="store_true", help="validate, print the config, placement and memory plan, exit (1 if memory does not fit)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="validate, print the config, placement, memory plan and time plan, exit (1 if memory does not fit)")
+    parser.add_argument("--cluster", metavar="[NODESx]GPUSxKIND",
+                        help="with --dry-run: plan time for this cluster (e.g. 8xH100, 2x8xA100), present or not")
+    parser.add_argument("--from-run", type=Path, metavar="RUN_DIR",
+                        help="with --dry-run: plan time with the lengths RUN_DIR recorded, beside its measured phases")
     loudness = parser.add_mutually_exclusive_group()
     loudness.add_argument("--quiet", action="store_true",
                           help="print only errors and the final summary (no progress bar, step lines or dashboard lines)")
@@ -121,16 +128,32 @@ def host_view() -> HostView:
                     shm_path=str(shm) if shm.is_dir() else "temp dir")
 
 
-def plan(config: Config) -> RunPlan:
+def plan(config: Config, cluster: str | None = None, lengths: Lengths | None = None) -> RunPlan:
     """The whole plan of ``config`` (``planning.run_plan``), asked for once, on the cluster at RAY_ADDRESS (else
-    this machine) and this machine's memory."""
-    return plan_run(config, cluster_view(os.environ.get("RAY_ADDRESS")), host_view())
+    this machine) and this machine's memory; time on the described cluster (``--cluster``, else the config's)."""
+    return plan_run(config, cluster_view(os.environ.get("RAY_ADDRESS")), host_view(), cluster, lengths)
 
 
-def dry_run(config: Config) -> int:
+def run_records(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    """The step rows and the events of RUN_DIR/metrics.jsonl (``--from-run``); a clear error when there are none."""
+    if not (run_dir / "metrics.jsonl").is_file():
+        raise ConfigError(f"--from-run {run_dir}: no metrics.jsonl there (is it a run directory?)")
+    run = RunDirectory(run_dir)
+    return run.read_metrics(), run.read_events()
+
+
+def dry_run(config: Config, cluster: str | None = None, from_run: Path | None = None) -> int:
     print("# resolved configuration")
     print(dump_config(config))
-    run_plan = plan(config)
+    rows, events, lengths = [], [], None
+    if from_run is not None:
+        try:
+            rows, events = run_records(from_run)
+            lengths = lengths_from_run(rows[1:] or rows, str(from_run))
+        except (ConfigError, RunRecordError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    run_plan = plan(config, cluster, lengths)
     print("# placement plan")
     print(run_plan.placement.render())
     print(f"\n# resources of {run_plan.view.source}")
@@ -142,10 +165,32 @@ def dry_run(config: Config) -> int:
     memory = run_plan.memory
     if memory is None:
         print(f"memory: not planned: {run_plan.memory_problem}")
+        print(f"time: not planned: {run_plan.time_problem}")
         return 0
     print(memory.render())
     print(memory.verdict())
-    return 0 if memory.fits else 1
+    timed = print_time(run_plan, rows, events)
+    return timed if memory.fits else 1
+
+
+def print_time(run_plan: RunPlan, rows: list[dict], events: list[dict]) -> int:
+    """The time plan, a run's measured phases beside it (``--from-run``), and the closing ``time:`` line; 1 when the
+    configured layout cannot be the described cluster's."""
+    choice = run_plan.time
+    if choice is None:
+        print(f"\ntime: not planned: {run_plan.time_problem}")
+        return 2 if "--cluster" in (run_plan.time_problem or "") or "plan.constants" in (run_plan.time_problem or "") else 0
+    print()
+    print(choice.render())
+    if rows:
+        measured = measured_phase_seconds(rows[1:] or rows, events)
+        print(f"# measured in the run (mean of {len(rows[1:] or rows)} steps): "
+              + ", ".join(f"{k} {v:.2f} s" for k, v in measured.items()))
+    if run_plan.time_problem:
+        print(f"time: does not fit: {run_plan.time_problem}")
+        return 1
+    print(choice.verdict())
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
-        return dry_run(config)
+        return dry_run(config, args.cluster, args.from_run)
+    if args.cluster or args.from_run:
+        print("error: --cluster and --from-run plan without running; add --dry-run", file=sys.stderr)
+        return 2
     run_plan = plan(config)
     memory = run_plan.memory
     if memory is None:

@@ -322,6 +322,30 @@ class RunConfig(Section):
     )
 
 
+class PlanConfig(Section):
+    """What the time plan assumes (``planning.time_plan``); none of it changes a run."""
+
+    gpu_kind: str = Field(
+        "H100", min_length=1, max_length=32,
+        description="GPU kind of the node the config describes (planning/time_constants.py: H100, A100; others need "
+        "plan.constants).",
+    )
+    nodes: int = Field(1, ge=1, le=1024, description="Nodes of the described cluster (the dry run's --cluster overrides).")
+    gpus_per_node: int = Field(
+        0, ge=0, le=64, description="GPUs per node (0: resources.inference_gpus + resources.learner_gpus on one node)."
+    )
+    propose_prompt_tokens: int = Field(1024, ge=1, le=262_144, description="Expected tokens of a teacher's prompt.")
+    proposal_tokens: int = Field(512, ge=1, le=262_144, description="Expected new tokens of a proposal.")
+    solve_prompt_tokens: int = Field(512, ge=1, le=262_144, description="Expected tokens of a student's prompt.")
+    answer_tokens: int = Field(1024, ge=1, le=262_144, description="Expected new tokens of an answer.")
+    valid_fraction: float = Field(0.7, gt=0, le=1, description="Expected fraction of proposals that are valid.")
+    constants: dict[str, float] = Field(
+        default_factory=dict,
+        description="Overrides of the time plan's constants, '<kind>.<name>' or 'host.<name>' (planning/time_constants.py), "
+        "e.g. {'H100.train_mfu': 0.3} after measuring with bench/learner.py.",
+    )
+
+
 class Config(Section):
     """The whole run configuration (sections in the order of the design)."""
 
@@ -338,3 +362,4 @@ class Config(Section):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="GPUs and CPUs per actor.")
     run: RunConfig = Field(default_factory=RunConfig, description="Length, seed, checkpoints, outputs.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Benchmark evaluation during training.")
+    plan: PlanConfig = Field(default_factory=PlanConfig, description="What the dry run's time plan assumes.")

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from configs.schema import Config
 from planning.memory_plan import GiB, HostView, MemoryPlan, PlanInputError, load_model_dims, plan_memory
 from planning.placement import ClusterView, PlacementPlan, plan_placement
+from planning.time_constants import DEVICE_KINDS, HOST, ConstantsError, with_overrides
+from planning.time_plan import (Cluster, ClusterError, Layout, LayoutChoice, Lengths, choose_layout, cluster_of,
+                                config_layout, lengths_from_config)
 
 DEFAULT_GPU_GIB = 80.0
 
@@ -26,6 +29,8 @@ class RunPlan:
     resource_lines: list[str] = field(default_factory=list)  # ``PlacementPlan.check``'s lines for ``view``
     memory: MemoryPlan | None = None
     memory_problem: str | None = None  # why there is no memory plan (the model's config.json cannot be read)
+    time: LayoutChoice | None = None
+    time_problem: str | None = None  # why there is no time plan, or why the layout cannot be the described cluster's
 
     def missing_resources(self) -> list[str]:
         """The resource lines ``view`` cannot meet (empty when it fits). A local cluster started here is given as
@@ -49,15 +54,44 @@ def gpu_capacity(config: Config, view: ClusterView) -> tuple[int, str]:
     return gpu_bytes, f"{gpu_bytes / GiB:.1f} GiB per GPU, {source}"
 
 
-def plan_run(config: Config, view: ClusterView, host: HostView) -> RunPlan:
-    """The placement of ``config`` checked against ``view``, and its memory plan on ``host`` and ``view``'s GPUs
-    (``memory_problem`` says why there is none: a ``PlanInputError``)."""
+def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | None = None,
+             lengths: Lengths | None = None) -> RunPlan:
+    """The placement of ``config`` checked against ``view``, its memory plan on ``host`` and ``view``'s GPUs
+    (``memory_problem`` says why there is none: a ``PlanInputError``), and its time plan on the described
+    cluster (``cluster``: ``--cluster`` text, else the config's ``plan`` block; ``lengths``: a run's, else the
+    config's)."""
     placement = plan_placement(config)
     fits, lines = placement.check(view)
     plan = RunPlan(placement=placement, view=view, resources_fit=fits, resource_lines=lines)
     gpu_bytes, source = gpu_capacity(config, view)
     try:
-        plan.memory = plan_memory(config, load_model_dims(config), placement, gpu_bytes, host, source)
+        dims = load_model_dims(config)
+        plan.memory = plan_memory(config, dims, placement, gpu_bytes, host, source)
     except PlanInputError as exc:
-        plan.memory_problem = str(exc)
+        plan.memory_problem = plan.time_problem = str(exc)
+        return plan
+    try:
+        described = cluster_of(config, cluster)
+        kinds, host_rates = with_overrides(DEVICE_KINDS, HOST, config.plan.constants)
+    except (ClusterError, ConstantsError) as exc:
+        plan.time_problem = str(exc)
+        return plan
+    layout = config_layout(config)
+    if layout.gpus > described.gpus_per_node:
+        plan.time_problem = (f"layout {layout.name} needs {layout.gpus} GPUs on one node; the described cluster {described} "
+                             f"has {described.gpus_per_node} per node: lower resources.inference_gpus / "
+                             "resources.learner_gpus or describe a larger node (--cluster, plan.gpus_per_node)")
+    kind = kinds.get(described.kind)
+    capacity = (int(config.resources.gpu_memory_gib * GiB) if config.resources.gpu_memory_gib
+                else int((kind.memory_gib if kind else 80.0) * GiB))
+    checkpointing = plan.memory.activation_checkpointing
+
+    def unfit(candidate: Layout) -> str | None:
+        resized = config.model_copy(update={"resources": config.resources.model_copy(
+            update={"inference_gpus": candidate.inference, "learner_gpus": candidate.learners})})
+        memory = plan_memory(resized, dims, plan_placement(resized), capacity, host, "the described GPUs", checkpointing)
+        return None if memory.fits else memory.verdict()
+
+    plan.time = choose_layout(config, dims, described, lengths or lengths_from_config(config), unfit, kinds, host_rates,
+                              checkpointing)
     return plan

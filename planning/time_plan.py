@@ -182,8 +182,8 @@ class TimePlan:
                  f"{'phase':<12}{'group':<11}{'seconds':>9}  what"]
         for p in self.phases:
             lines.append(f"{p.name:<12}{p.group:<11}{p.seconds:9.2f}  {p.detail}")
-        lines.append(f"{'step':<23}{self.step_seconds:9.2f}  {self.steps_per_hour:.1f} steps/hour; "
-                     + ", ".join(f"{g} busy {f:.0%}" for g, f in self.busy().items()))
+        busy = ", ".join(f"{g} busy {f:.0%}" for g, f in self.busy().items())
+        lines.append(f"{'step':<23}{self.step_seconds:9.2f}  {self.steps_per_hour:.1f} steps/hour" + (f"; {busy}" if busy else ""))
         if self.missing:
             lines.append("constants missing: " + "; ".join(self.missing) + " (set plan.constants to plan those phases)")
         return "\n".join(lines)
@@ -330,8 +330,9 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
     train_s = 0.0
     if train is not None:
         train_s = max(per_shard) * flops / (train.peak_flops.value * train.train_mfu.value)
+    where = f"{shards} learner GPU(s)" if cluster.gpus else "the teacher and student learner processes"
     phases.append(Phase("train", "learners", train_s,
-                        f"{work.trained_tokens:,.0f} tokens over {shards} learner GPU(s), busiest {max(per_shard):,.0f}"))
+                        f"{work.trained_tokens:,.0f} tokens over {where}, busiest {max(per_shard):,.0f}"))
 
     members = config.population.adapters
     adapter_bytes = lora_params(dims, config.lora.rank, config.lora.target_modules) * b
@@ -403,11 +404,19 @@ def lengths_from_run(rows: list[dict[str, Any]], source: str) -> Lengths:
                    max(valid, 1e-3), f"{source} ({len(steps)} steps)")
 
 
-def measured_phase_seconds(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Mean seconds of each recorded phase over a run's step rows (``phase_seconds``)."""
+def measured_phase_seconds(rows: list[dict[str, Any]], events: list[dict[str, Any]] = ()) -> dict[str, float]:
+    """Mean seconds of each recorded phase over a run's step rows (``phase_seconds``); checkpoints, logged as
+    events with their seconds, spread over the steps."""
     steps = [r["phase_seconds"] for r in rows if "phase_seconds" in r and "step" in r]
+    if not steps:
+        return {}
     names = sorted({k for s in steps for k in s})
-    return {k: sum(s.get(k, 0.0) for s in steps) / len(steps) for k in names} if steps else {}
+    out = {k: sum(s.get(k, 0.0) for s in steps) / len(steps) for k in names}
+    first, last = min(r["step"] for r in rows if "step" in r), max(r["step"] for r in rows if "step" in r)
+    saved = [e["seconds"] for e in events if e.get("event") == "checkpoint" and first <= e.get("checkpoint_step", -1) <= last]
+    if saved:
+        out["checkpoint"] = sum(saved) / len(steps)
+    return out
 
 
 def cluster_of(config: Any, described: str | None = None) -> Cluster:
@@ -435,6 +444,9 @@ class LayoutChoice:
     def verdict(self) -> str:
         """The dry run's one closing line of time."""
         cur = self.current
+        if cur.missing:
+            return (f"time: not fully planned: {'; '.join(cur.missing)}; set plan.constants (planning/time_constants.py); "
+                    f"the phases planned so far: ~{cur.step_seconds:.0f} s")
         if not cur.cluster.gpus:
             line = f"time: step ~{cur.step_seconds:.0f} s on CPU, limited by {cur.critical().name}"
         else:
