@@ -171,7 +171,7 @@ def qwen7b(tmp_path):
 
 
 def test_dry_run_plans_the_described_node_and_recommends_a_layout(qwen7b):
-    """On a machine without GPUs the 7B preset is planned for its 8-GPU node: the configured 6+2 with its phases, every
+    """On a machine without GPUs the 7B preset is planned for its 8-GPU node: the configured 4+4 with its phases, every
     layout of the node, and the one closing line; --cluster plans a cluster that is not here."""
     import re
 
@@ -179,7 +179,10 @@ def test_dry_run_plans_the_described_node_and_recommends_a_layout(qwen7b):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert re.fullmatch(r"time: step ~\d+ s, GPU busy \d+% \(inference \d+%, learners \d+%\), limited by \w+; "
-                        r"recommended: \S+ \(~\d+ s, \d+% busy\)", lines[-1]), lines[-1]
+                        r"recommended: 4\+4 \(this layout\)", lines[-1]), lines[-1]  # the preset follows the plan
+    old = _launch(*qwen7b, "resources.inference_gpus=6", "resources.learner_gpus=2")  # the earlier preset's split
+    assert re.fullmatch(r"time: step ~\d+ s, GPU busy \d+% \(inference \d+%, learners \d+%\), limited by \w+; "
+                        r"recommended: 4\+4 \(~\d+ s, \d+% busy\)", old.stdout.strip().splitlines()[-1])
     table = out.stdout.split("# layouts of 8xH100")[1]
     assert all(f"\n{i}+{8 - i} " in table for i in range(1, 8)) and "colocated 8 GPUs" in table
     assert "not runnable yet" in table.split("colocated 8 GPUs")[1].splitlines()[0]
@@ -193,7 +196,7 @@ def test_dry_run_plans_the_described_node_and_recommends_a_layout(qwen7b):
 def test_dry_run_refuses_a_layout_larger_than_the_described_node_and_bad_clusters(qwen7b):
     small = _launch(*qwen7b, "--cluster", "4xH100")
     assert small.returncode == 1
-    assert small.stdout.strip().splitlines()[-1].startswith("time: does not fit: layout 6+2 needs 8 GPUs on one node")
+    assert small.stdout.strip().splitlines()[-1].startswith("time: does not fit: layout 4+4 needs 8 GPUs on one node")
     bad = _launch(*qwen7b, "--cluster", "eight")
     assert bad.returncode == 2 and "--cluster 'eight'" in bad.stdout
     unknown = _launch(*qwen7b, "--cluster", "8xB200")
