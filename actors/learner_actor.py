@@ -181,5 +181,7 @@ class LearnerActor:
         self.slots, self.versions = table["slots"], table["versions"]
         for member, slot in self.slots.items():
             self.learner.load_adapter(slot, root / "adapters" / member)
-        self.learner.optimizers.load_state_dict(torch.load(root / "optimizers.pt", weights_only=False))
-        torch.set_rng_state(torch.load(root / "torch_rng.pt", weights_only=False))
+        # Onto the CPU first: a checkpoint written on a GPU then restores on any machine; the optimizers' own
+        # load_state_dict moves each state tensor to its parameter's device.
+        self.learner.optimizers.load_state_dict(torch.load(root / "optimizers.pt", weights_only=False, map_location="cpu"))
+        torch.set_rng_state(torch.load(root / "torch_rng.pt", weights_only=False, map_location="cpu"))
