@@ -17,6 +17,9 @@ formula ``reporting.report_trends`` states):
 - ``lineage.png``: the evolved members, an arrow from each parent to its child.
 - ``compare.png`` (two or more runs): one panel per metric, the runs overlaid (population vs single agent,
   the paper's layout).
+- ``eval.png`` (where ``eval.every`` was set): per benchmark, each member's score, the population mean, the
+  weakest member and the base against the training step, lineage shown, beside the compared runs' means
+  (``reporting.report_eval``).
 
 ``summary.md`` (``reporting.report_summary``) holds the numbers behind each figure.
 """
@@ -35,6 +38,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from reporting.report_eval import has_eval, plot_eval  # noqa: E402
 from reporting.report_trends import smoothing_half_width  # noqa: E402
 from reporting.run_dir import RunDirectory  # noqa: E402
 from reporting.report_summary import (  # noqa: E402
@@ -285,6 +289,8 @@ def write_report(run_dirs: list[Path]) -> list[Path]:
     runs = [(first.name, rows)] + [(Path(d).name, read_metrics(Path(d))) for d in run_dirs[1:]]
     if len(runs) > 1:
         written.append(plot_comparison(runs, out))
+    if any(has_eval(run_rows) for _, run_rows in runs):
+        written.append(plot_eval([(run_label(name, run_rows), run_rows) for name, run_rows in runs], out))
     written.append(write_summary(runs, out, run_statuses(run_dirs)))
     return written
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from reporting.report_eval import summary_section as eval_section
 from reporting.report_trends import LineFit, fit_line, rolling_mean, smoothing_half_width
 
 Rows = list[dict[str, Any]]
@@ -203,6 +204,8 @@ def write_summary(runs: list[tuple[str, Rows]], out: Path, statuses: dict[str, s
         for key in COMPARED:
             for run_name, run_rows in runs:
                 lines.append(f"| {run_name} " + trend_row(LABELS[key], trend(run_rows, key)))
+    section = eval_section([(run_label(n, r), r) for n, r in runs])
+    lines += ["", *section] if section else []
     path = out / "summary.md"
     path.write_text("\n".join(lines) + "\n")
     return path
