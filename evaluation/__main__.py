@@ -111,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
           f"({problems_total} problems) x {args.samples} samples = {len(models) * problems_total * args.samples} "
           f"{'reference runs' if args.oracle else 'generations'} (one engine pass per benchmark); output {out_dir}",
           file=sys.stderr)
-    settings = {"checkpoint": None if checkpoint is None else str(checkpoint), "compare": str(args.compare), "models": [m.label for m in models],
+    # the compared run's checkpoint is named in results.md and is part of what a finished benchmark was scored on
+    compare_checkpoint = checkpoint_dir(args.compare, args.compare_checkpoint).name if args.compare and checkpoint else None
+    settings = {"checkpoint": None if checkpoint is None else str(checkpoint), "compare": str(args.compare),
+                "compare_checkpoint": compare_checkpoint, "models": [m.label for m in models],
                 "samples": args.samples, "temperature": args.temperature, "max_tokens": args.max_tokens, "prompt_style": args.prompt_style,
                 "backend": args.backend, "limit": args.limit, "limits": [limits.floor_s, limits.factor, limits.livecodebench_timeout_s]}
     finished = FinishedBenchmarks(out_dir)
@@ -120,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     grader = MathGrader() if needs_math else None
     results: dict[str, Any] = {
         "run_dir": str(args.run_dir), "checkpoint": "oracle" if checkpoint is None else checkpoint.name,
-        "compare_run_dir": str(args.compare) if args.compare else None, "samples": args.samples,
+        "compare_run_dir": str(args.compare) if args.compare else None,
+        "compare_checkpoint": compare_checkpoint,
+        "samples": args.samples,
         "k": ks_for(args.samples), "math_grader": grader.grader if grader else None,
         "limits": {"floor_s": limits.floor_s, "factor": limits.factor, "livecodebench_timeout_s": limits.livecodebench_timeout_s},
         "judged_as": JUDGED_AS, "benchmarks": {}, "models": {m.label: {"group": m.group, "adapter": m.adapter, "benchmarks": {}} for m in models},

@@ -73,7 +73,9 @@ def markdown_table(results: dict[str, Any], key: str = "pass@1") -> str:
     if with_base:
         lines += ["", f"Base tests only (evalplus's base {key}; the table above is base + plus):", "",
                   *_table(results, f"base_{key}", with_base)]
-    lines.append(f"\n{key} in %, every number from {results.get('checkpoint', '')}; grader: {results.get('math_grader', '-')}; "
+    compared = (f" (the compared run's from {results['compare_run_dir']} {results['compare_checkpoint']})"
+                if results.get("compare_checkpoint") else "")
+    lines.append(f"\n{key} in %, every number from {results.get('checkpoint', '')}{compared}; grader: {results.get('math_grader', '-')}; "
                  f"{results.get('judged_as', '')}.")
     errors = {n: s["data_errors"] for m in results["models"].values() for n, s in m["benchmarks"].items() if s.get("data_errors")}
     for name, tasks in errors.items():

@@ -112,4 +112,4 @@ def test_vllm_evaluation_equals_transformers_in_one_mixed_pass_per_benchmark(tin
         texts = [got[(label, name, task)][0] for label in sorted(models)]
         assert len(set(texts)) == len(models) and all(texts), (name, task, texts)
     table = (run / "eval/step-3/results.md").read_text()
-    assert "every number from step-3" in table
+    assert f"every number from step-3 (the compared run's from {single} step-3)" in table
