@@ -5,7 +5,8 @@ On this machine, with the built-in tiny model's shape (random weights: nothing i
 (one torch thread, as ``POPULORA_LEARNER_THREADS`` / ``POPULORA_INFERENCE_THREADS`` default):
 
 - training: one ``PolicyLearner`` step of 2 adapters (a learner of the 2+2 default) on ``--train-seqs``
-  sequences; effective FLOP/s = tokens x F / seconds with F of ``planning.time_plan`` (the CPU kind's peak);
+  sequences of the tiny default's lengths (spread around ``--train-prompt`` + ``--train-completion``);
+  effective FLOP/s = tokens x F / seconds with F of ``planning.time_plan`` (the CPU kind's peak);
 - generation on the transformers engine (4 adapters loaded): rows = 1 and rows = ``--rows`` decoding
   ``--new`` tokens after short prompts give the fixed cost of a decode step (as a memory bandwidth: weight
   bytes / step) and the cost of each added row-token (as ``decode_mfu``); ``--rows`` rows of
@@ -56,7 +57,8 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure_training(model_dir: Path, config, dims: ModelDims, seqs: int, repeats: int) -> dict:
+def measure_training(model_dir: Path, config, dims: ModelDims, seqs: int, prompt: int, completion: int,
+                     repeats: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     from learners.adapter_optim import AdapterOptimizers
@@ -72,11 +74,12 @@ def measure_training(model_dir: Path, config, dims: ModelDims, seqs: int, repeat
                             UpdateConfig(micro_batch_tokens=config.rl.micro_batch_tokens, activation_checkpointing=False,
                                          logit_chunk_tokens=config.rl.logit_chunk_tokens), pad_token_id=0)
     g = torch.Generator().manual_seed(0)
-    samples = [Sample(i % 2, torch.randint(1, dims.vocab, (150,), generator=g).tolist(),
-                      torch.randint(1, dims.vocab, (100,), generator=g).tolist(), float(i % 3) - 1, ("solve", "code_o"))
-               for i in range(seqs)]
+    lengths = [(prompt + (i * 7) % 31 - 15, completion + (i * 5) % 21 - 10) for i in range(seqs)]  # spread like a step's
+    samples = [Sample(i % 2, torch.randint(1, dims.vocab, (p,), generator=g).tolist(),
+                      torch.randint(1, dims.vocab, (c,), generator=g).tolist(), float(i % 3) - 1, ("solve", "code_o"))
+               for i, (p, c) in enumerate(lengths)]
     seconds = timed(lambda: learner.step(samples), repeats)
-    tokens = seqs * 250
+    tokens = sum(p + c for p, c in lengths)
     flops = tokens * _flops_per_trained_token(config, dims, checkpointing=False)
     return {"train_seconds": seconds, "train_tokens": tokens, "train_flops_per_s": flops / seconds}
 
@@ -168,7 +171,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=24)
     parser.add_argument("--new", type=int, default=48)
     parser.add_argument("--prompt", type=int, default=300)
-    parser.add_argument("--train-seqs", type=int, default=24)
+    parser.add_argument("--train-seqs", type=int, default=40, help="sequences of one learner step (a tiny-default "
+                        "student learner trains ~40 a step)")
+    parser.add_argument("--train-prompt", type=int, default=90, help="their mean prompt tokens (tiny default: ~85)")
+    parser.add_argument("--train-completion", type=int, default=35, help="their mean completion tokens (~35)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -185,7 +191,8 @@ def main() -> None:
         model_dir = build_model(Path(tmp) / "model")
         adapters = build_adapters(model_dir, Path(tmp) / "adapters", config.population.adapters)
         log("[time_constants] training")
-        train = measure_training(model_dir, config, dims, args.train_seqs, args.repeats)
+        train = measure_training(model_dir, config, dims, args.train_seqs, args.train_prompt, args.train_completion,
+                                 args.repeats)
         log("[time_constants] generation and hand-over")
         gen = measure_generation(model_dir, adapters, dims, args.rows, args.new, args.prompt, args.repeats)
     log("[time_constants] host")
