@@ -73,4 +73,4 @@ def test_single_agent_has_one_learner():
 def test_tensor_parallel_replicas(paper):
     config = paper.model_copy(update={"resources": paper.resources.model_copy(update={"tensor_parallel_size": 2})})
     inference = plan_placement(config).by_role("inference")
-    assert [a.gpu_ids for a in inference] == [(0, 1), (2, 3), (4, 5)]
+    assert [a.gpu_ids for a in inference] == [(0, 1), (2, 3)]  # the preset's 4 inference GPUs: two tp-2 replicas
