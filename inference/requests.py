@@ -3,10 +3,12 @@
 Both backends (vLLM and transformers) take and return exactly these types, so the rollout code,
 the Ray actor shell and the tests never see which backend ran.
 
-Log-probability convention: ``Generation.logprobs[t]`` is log pi(token_t | prefix) under the policy
-itself, i.e. ``log_softmax(logits)`` at temperature 1 with no top-p truncation, whatever sampling
-settings drew the token. That is the quantity the learner's forward pass computes for the
-policy-gradient ratio pi_new / pi_old, so the two can be compared directly.
+Log-probability convention: ``Generation.logprobs[t]`` is log mu(token_t | prefix), the log-probability
+of the token under the distribution it was sampled from: softmax(z / T) at the request's temperature T,
+restricted to the top-p nucleus and renormalised over it (``inference.sampling``; vLLM's
+``processed_logprobs``). Greedy requests (temperature 0) get 0 = log 1. This is the behaviour policy of an
+importance-corrected update; the learner's own log pi_T = log_softmax(z / T) equals it when top_p = 1 and
+the adapter versions agree, and is lower by the log of the nucleus mass when top_p < 1.
 """
 
 from __future__ import annotations

@@ -22,8 +22,12 @@ the cache is reset after each in-place swap there. Works with ``vllm`` on GPUs a
   core (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ~2 s start instead of ~20 s) are set as defaults
   when the environment does not set them; ``enforce_eager`` defaults to True.
 
-Log-probabilities are vLLM's ``raw_logprobs``: log-softmax of the model's logits before
-temperature and top-p, i.e. log pi(token) of the policy itself.
+Log-probabilities are those of the distribution each token was sampled from (the behaviour policy mu
+of ``inference.sampling``): vLLM's ``logprobs_mode="processed_logprobs"`` is log-softmax of the logits
+after temperature and top-p, the tokens outside the nucleus set to -inf, so a sampled token gets
+log softmax(z / T)_y - log(nucleus mass) (vLLM's nucleus: the tokens whose cumulative mass from the
+least probable one exceeds 1 - top_p, the same set as the transformers sampler's). Greedy requests get 0
+(log 1: greedy decoding is a point mass), which vLLM itself would report as the temperature-1 log-prob.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from packaging.version import Version
 
 from inference.base import EngineBase, LoadedAdapter, PreparedRequest
 from inference.requests import AdapterLoadError, Generation
+from inference.sampling import GREEDY_EPS
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +123,7 @@ class VLLMEngine(EngineBase):
             enable_lora=True,
             max_lora_rank=vllm_lora_rank(max_lora_rank),
             dtype=dtype,
-            logprobs_mode="raw_logprobs",
+            logprobs_mode="processed_logprobs",
         )
         if args["max_loras"] < max_adapters:
             raise ValueError(f"engine_args max_loras={args['max_loras']} is below max_adapters={max_adapters}")
@@ -162,7 +167,10 @@ class VLLMEngine(EngineBase):
             gens = []
             for completion in sorted(out.outputs, key=lambda c: c.index):
                 ids = list(completion.token_ids)
-                logprobs = [float(position[tok].logprob) for position, tok in zip(completion.logprobs, ids)]
+                if p.request.temperature < GREEDY_EPS:
+                    logprobs = [0.0] * len(ids)  # log 1 under the point mass greedy decoding samples from
+                else:
+                    logprobs = [float(position[tok].logprob) for position, tok in zip(completion.logprobs, ids)]
                 gens.append(
                     Generation(
                         text=completion.text,

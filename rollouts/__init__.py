@@ -40,8 +40,10 @@ from verifier.tasks import Task
 class Sample:
     """One sampled completion of ``member`` acting as ``role`` on a ``family`` task, with its reward.
 
-    ``logprobs`` are the behaviour policy's log pi(token | prefix) (temperature 1), as the engine
-    returned them; the learner's ratio pi_new / pi_old uses them.
+    ``logprobs`` are the behaviour policy's log mu(token | prefix), one per completion token: the
+    distribution the engine sampled from (temperature and top-p applied, 0 for greedy decoding;
+    ``inference.requests``), by the adapter version ``adapter_version``. An importance-corrected update
+    (``rl.importance_correction``) weighs each token by pi / mu with them.
     """
 
     member: str

@@ -174,10 +174,10 @@ def test_hot_swap_changes_only_that_adapter(engine, reference, adapter_dirs):
 
 @pytest.mark.parametrize("mode", ["pad", "pack"])
 def test_logprobs_agree_with_the_learner_forward_pass(engine, tiny_qwen2, adapter_dirs, mode):
-    """Sampled tokens (temperature 0.8, top_p 0.9) re-scored by the learner's own loss-token forward pass.
+    """Sampled tokens (temperature 0.8, top_p 1) re-scored by the learner's own loss-token forward pass.
 
-    The engine's log-probs are log pi(token) at temperature 1 without top-p, which is what
-    ``forward_loss_tokens`` computes; base rows are scored with the adapter switched off (the KL path).
+    Without top-p the sampling distribution is the tempered policy softmax(z / T), which is what
+    ``forward_loss_tokens(temperature=T)`` computes; base rows are scored with the adapter switched off.
     """
     from transformers import AutoModelForCausalLM
 
@@ -186,7 +186,7 @@ def test_logprobs_agree_with_the_learner_forward_pass(engine, tiny_qwen2, adapte
     from learners.peft_io import load_adapter
     from learners.policy_learner import forward_loss_tokens
 
-    requests = [GenerationRequest(a, PROMPTS[1], temperature=0.8, top_p=0.9, max_tokens=MAX_TOKENS, n=2, seed=7)
+    requests = [GenerationRequest(a, PROMPTS[1], temperature=0.8, top_p=1.0, max_tokens=MAX_TOKENS, n=2, seed=7)
                 for a in ("a0", "a2", None)]
     gens = [g for gs in engine.generate(requests) for g in gs]
     learner = MultiLoRAModel(AutoModelForCausalLM.from_pretrained(tiny_qwen2, dtype=torch.float32),
@@ -199,12 +199,38 @@ def test_logprobs_agree_with_the_learner_forward_pass(engine, tiny_qwen2, adapte
     with torch.no_grad():
         for adapter_off in (False, True):
             for batch in micro_batches(samples, pad_id=0, max_tokens=4096, mode=mode):
-                out = forward_loss_tokens(learner, batch, adapter_off=adapter_off)
+                out = forward_loss_tokens(learner, batch, adapter_off=adapter_off, temperature=0.8)
                 for i in torch.unique(out.sample).tolist():
                     if (gens[i].adapter is None) == adapter_off:
                         learner_lp[i] = out.logprobs[out.sample == i]
     worst = max(float((learner_lp[i] - torch.tensor(g.logprobs)).abs().max()) for i, g in enumerate(gens))
     assert worst <= LOGPROB_ATOL[engine.backend], f"max |engine - learner| log-prob = {worst:.2e}"
+
+
+@torch.no_grad()
+def test_logprobs_are_those_of_the_sampling_distribution(engine, reference):
+    """Each token's log-prob is log p_{T,P}(token): the reference model's logits divided by T, cut to the
+    top-p nucleus (tokens whose more-probable mass is below P), renormalised over it; greedy rows get 0."""
+    temperature, top_p = 0.7, 0.85
+    requests = [GenerationRequest(a, p, temperature=temperature, top_p=top_p, max_tokens=MAX_TOKENS, n=2, seed=11)
+                for a in ("a1", None) for p in PROMPTS] + [greedy("a0", PROMPTS[0])]
+    results = engine.generate(requests)
+    renormalised = 0
+    for request, gens in zip(requests[:-1], results[:-1]):
+        for g in gens:
+            ids = torch.tensor([g.prompt_token_ids + g.token_ids])
+            logits = reference.model(request.adapter)(ids).logits[0, len(g.prompt_token_ids) - 1 : -1].double()
+            probs, order = torch.softmax(logits / temperature, -1).sort(-1, descending=True)
+            kept = (probs.cumsum(-1) - probs) < top_p
+            mass = (probs * kept).sum(-1)
+            rank = (order == torch.tensor(g.token_ids)[:, None]).double().argmax(-1)
+            assert bool(kept.gather(1, rank[:, None]).all()), "a sampled token outside the nucleus"
+            expected = torch.log(probs.gather(1, rank[:, None]).squeeze(1) / mass)
+            worst = float((expected - torch.tensor(g.logprobs, dtype=torch.float64)).abs().max())
+            assert worst <= LOGPROB_ATOL[engine.backend] * 5, f"max |engine - p_T,P| log-prob = {worst:.2e}"
+            renormalised += int((mass < 1 - 1e-6).sum())
+    assert renormalised > 0, "no step had a nucleus smaller than the vocabulary: the test checks nothing of top-p"
+    assert results[-1][0].logprobs == [0.0] * len(results[-1][0].token_ids)
 
 
 def test_seeded_sampling_is_reproducible_and_samples_differ(engine):

@@ -31,18 +31,52 @@ def draw(logits: list[float], temperature: float, top_p: float, draws: int, seed
     return tokens
 
 
-def test_greedy_rows_take_the_argmax_and_every_row_gets_raw_logprobs():
+def nucleus_logprob(logits: list[float], temperature: float, top_p: float, token: int) -> float:
+    """log p(token) under softmax(z / T) cut to the top-p nucleus and renormalised, computed plainly in float64."""
+    z = [x / temperature for x in logits]
+    top = max(z)
+    p = [math.exp(x - top) for x in z]
+    total = sum(p)
+    p = [x / total for x in p]
+    kept, before = set(), 0.0
+    for v in sorted(range(len(p)), key=lambda v: -p[v]):
+        if before >= top_p:
+            break
+        kept.add(v)
+        before += p[v]
+    assert token in kept, "the sampled token must be in the nucleus"
+    return math.log(p[token] / sum(p[v] for v in kept))
+
+
+def test_greedy_rows_take_the_argmax_with_logprob_zero():
+    """Greedy decoding samples from the point mass on the argmax: log 1 = 0, whatever top_p."""
     logits = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 2.9]])
     tokens, logprobs = sample_tokens(logits, torch.tensor([0.0, 0.0]), torch.tensor([1.0, 0.5]), generators(0, 1))
     assert tokens.tolist() == [1, 0]
-    assert torch.allclose(logprobs, torch.log_softmax(logits, -1)[[0, 1], [1, 0]])
+    assert logprobs.tolist() == [0.0, 0.0]
 
 
-def test_logprobs_ignore_temperature_and_top_p():
-    """Whatever the sampling settings, the returned log-prob is log_softmax(logits) at the drawn token."""
-    logits = torch.randn(64, 50, generator=torch.Generator().manual_seed(3))
-    tokens, logprobs = sample_tokens(logits, torch.full((64,), 0.3), torch.full((64,), 0.5), generators(*range(64)))
-    assert torch.allclose(logprobs, torch.log_softmax(logits, -1).gather(1, tokens[:, None]).squeeze(1))
+@pytest.mark.parametrize("temperature, top_p", [(0.3, 0.5), (0.6, 0.9), (1.0, 1.0), (1.7, 0.95)])
+def test_logprobs_are_those_of_the_sampling_distribution(temperature, top_p):
+    """The returned log-prob is log p_{T,P}(token): tempered, cut to the nucleus, renormalised over it."""
+    logits = torch.randn(64, 50, generator=torch.Generator().manual_seed(3)) * 3
+    tokens, logprobs = sample_tokens(logits, torch.full((64,), temperature), torch.full((64,), top_p),
+                                     generators(*range(64)))
+    expected = [nucleus_logprob(logits[i].tolist(), temperature, top_p, int(tokens[i])) for i in range(64)]
+    assert logprobs.tolist() == pytest.approx(expected, abs=1e-5)
+    if top_p < 1.0:  # the nucleus renormalisation matters here: above the tempered log-softmax
+        tempered = torch.log_softmax(logits / temperature, -1).gather(1, tokens[:, None]).squeeze(1)
+        assert bool((logprobs > tempered + 1e-4).any())
+
+
+def test_mixed_rows_each_get_their_own_distribution():
+    logits = torch.randn(3, 20, generator=torch.Generator().manual_seed(1))
+    temperature, top_p = torch.tensor([0.0, 0.5, 1.0]), torch.tensor([0.9, 0.8, 1.0])
+    tokens, logprobs = sample_tokens(logits, temperature, top_p, generators(0, 1, 2))
+    assert logprobs[0] == 0.0 and tokens[0] == logits[0].argmax()
+    for i in (1, 2):
+        assert logprobs[i].item() == pytest.approx(
+            nucleus_logprob(logits[i].tolist(), float(temperature[i]), float(top_p[i]), int(tokens[i])), abs=1e-5)
 
 
 def test_sampling_frequencies_follow_temperature_and_the_nucleus():
