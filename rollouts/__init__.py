@@ -19,6 +19,9 @@ The loop (``actors.loop``) calls these between the actor calls:
   0 < rho < 1, else 0); student correct / wrong / malformed.
 - :class:`Sample`: one completion with its reward, for the learner of its member.
 - :func:`advantage_group`: the key its reward is whitened within (``rl.advantage_baseline``).
+- :func:`behaviour_problem` / :func:`split_by_behaviour`: a sample whose behaviour log-probs are missing or
+  not one finite log-probability (<= 0) per completion token cannot be importance-weighted; it is dropped
+  and counted per member, never trained on with a weight of 1.
 """
 
 from __future__ import annotations
@@ -155,6 +158,38 @@ def advantage_group(sample: Sample, baseline: str) -> tuple:
     if baseline == "task" and sample.task is not None:
         return (sample.role, sample.family, sample.task)
     return (sample.role, sample.family)
+
+
+# log mu(y) > 0 would be a probability above 1; allow float rounding of a token the engine was sure of.
+LOGPROB_SLACK = 1e-4
+
+
+def behaviour_problem(sample: Sample) -> str | None:
+    """Why ``sample.logprobs`` cannot serve as the behaviour log-probs of its completion, or None when they can:
+    one finite log mu(y_t) <= 0 per completion token (``inference.requests``'s convention)."""
+    logprobs = sample.logprobs
+    if logprobs is None or (len(logprobs) == 0 and len(sample.completion_ids) > 0):
+        return "missing behaviour log-probs"
+    if len(logprobs) != len(sample.completion_ids):
+        return f"misaligned behaviour log-probs: {len(logprobs)} for {len(sample.completion_ids)} completion tokens"
+    if any(not (x == x and abs(x) != float("inf")) for x in logprobs):
+        return "non-finite behaviour log-probs"
+    if any(x > LOGPROB_SLACK for x in logprobs):
+        return f"behaviour log-probs above 0 (a probability above 1): max {max(logprobs):.3g}"
+    return None
+
+
+def split_by_behaviour(samples: Sequence[Sample]) -> tuple[list[Sample], dict[str, int]]:
+    """The samples whose behaviour log-probs are usable (:func:`behaviour_problem`), and per member the count
+    of those dropped for it."""
+    kept: list[Sample] = []
+    dropped: dict[str, int] = {}
+    for s in samples:
+        if behaviour_problem(s) is None:
+            kept.append(s)
+        else:
+            dropped[s.member] = dropped.get(s.member, 0) + 1
+    return kept, dropped
 
 
 def proposal_jobs(

@@ -198,3 +198,31 @@ def test_rejected_requests_are_dropped_alone_and_counted(tokenizer):
 def test_step_prompts_refuse_a_context_with_no_room(tokenizer):
     with pytest.raises(ValueError, match="leaves no room for a prompt"):
         step_prompts(tokenizer, "model.max_seq_len=256", "inference.max_tokens=256")
+
+
+@pytest.mark.parametrize(
+    "logprobs, problem",
+    [
+        ([-0.1, -0.2], None),
+        ([0.0, 0.0], None),  # greedy rows: log 1
+        (None, "missing"),
+        ([], "missing"),
+        ([-0.1], "misaligned"),
+        ([-0.1, -0.2, -0.3], "misaligned"),
+        ([-0.1, float("nan")], "non-finite"),
+        ([-0.1, float("-inf")], "non-finite"),
+        ([-0.1, 0.5], "above 0"),
+    ],
+)
+def test_samples_without_aligned_behaviour_logprobs_are_dropped_and_counted(logprobs, problem):
+    from rollouts import behaviour_problem, split_by_behaviour
+
+    bad = Sample("s0", "student", "code_o", [1, 2], [5, 6], logprobs, 1.0)
+    good = Sample("s1", "student", "code_o", [1, 2], [5, 6], [-0.3, -0.4], 1.0)
+    why = behaviour_problem(bad)
+    assert (why is None) if problem is None else (problem in why)
+    kept, dropped = split_by_behaviour([good, bad, bad])
+    if problem is None:
+        assert kept == [good, bad, bad] and dropped == {}
+    else:
+        assert kept == [good] and dropped == {"s0": 2}
