@@ -2,7 +2,10 @@
 
 This is what a learner actor calls each step: samples of several adapters go through the same
 forward/backward (micro-batched by a token budget, packed or padded), the loss of ``learners.pg_loss``
-is summed per adapter, and each adapter present gets its own clipped AdamW step.
+is summed per adapter, and each adapter present gets its own clipped AdamW step. A step can also be
+split across learners holding replicas of the same adapters (``learners.data_parallel``): each trains a
+share (:meth:`PolicyLearner.share`), the shares' gradients are summed, every replica applies the sum
+(:meth:`PolicyLearner.apply_gradients`).
 """
 
 from __future__ import annotations
@@ -18,9 +21,12 @@ from torch.utils.checkpoint import checkpoint
 
 from learners.adapter_optim import AdapterOptimizers
 from learners.batching import Sample, TokenBatch, micro_batches
+from learners.data_parallel import (
+    SlotGradients, export_slot_gradients, import_slot_gradients, split_by_tokens, step_targets, sum_gradients,
+)
 from learners.multi_lora import NO_ADAPTER, MultiLoRAModel
 from learners.peft_io import load_adapter, save_adapter
-from learners.pg_loss import PGConfig, group_normalised_advantages, policy_gradient_loss, token_entropy, token_logprobs
+from learners.pg_loss import PGConfig, policy_gradient_loss, token_entropy, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -179,82 +185,38 @@ class PolicyLearner:
         Stats per slot: ``loss``, ``pg_loss``, ``kl``, ``entropy``, ``clip_fraction``, ``ratio``,
         ``advantage`` (token means over the last epoch), ``grad_norm`` (pre-clip, last epoch),
         ``tokens``, ``samples``, ``reward_mean``.
+
+        The same as one share holding every sample (:meth:`share`), each epoch's gradient applied in place.
         """
         if not samples:
             raise ValueError("PolicyLearner.step needs at least one sample")
-        bad = sorted({s.slot for s in samples if s.slot >= self.model.num_slots})
-        if bad:
-            raise ValueError(f"sample slots {bad} are out of range: the model has {self.model.num_slots} adapter slots")
-        cfg, loss_cfg = self.update_config, self.loss_config
-        chunk = cfg.logit_chunk_tokens
-        device = self.device
-        slots = torch.tensor([s.slot for s in samples], device=device)
-        advantages = group_normalised_advantages(
-            [s.reward for s in samples], [(s.slot, s.group) for s in samples], [len(s.completion_ids) for s in samples]
-        ).to(device)
-        totals: dict[int, float] = defaultdict(float)
-        for s in samples:
-            totals[s.slot] += len(s.completion_ids)
-        batches = [b.to(device) for b in micro_batches(samples, self.pad_token_id, cfg.micro_batch_tokens, cfg.batching)]
-
-        old: list[torch.Tensor | None] = [None] * len(batches)
-        ref: list[torch.Tensor | None] = [None] * len(batches)
-        need_ref = loss_cfg.kl_coef > 0
-        if cfg.epochs > 1 or need_ref:
-            with torch.no_grad():
-                for i, batch in enumerate(batches):
-                    if cfg.epochs > 1:
-                        old[i] = forward_loss_tokens(self.model, batch, temperature=cfg.temperature, logit_chunk_tokens=chunk).logprobs
-                    if need_ref:
-                        ref[i] = forward_loss_tokens(
-                            self.model, batch, adapter_off=True, temperature=cfg.temperature, logit_chunk_tokens=chunk
-                        ).logprobs
-
-        want_entropy = loss_cfg.entropy_coef > 0 or cfg.track_entropy
+        targets = step_targets(samples)
+        share = self.share(samples, targets.advantages, targets.slot_token_totals)
         stats: dict[int, dict[str, float]] = {}
-        self.model.train()
-        for _ in range(cfg.epochs):
-            sums: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-            for i, batch in enumerate(batches):
-                tokens = forward_loss_tokens(
-                    self.model, batch, entropy=want_entropy, temperature=cfg.temperature, logit_chunk_tokens=chunk
-                )
-                entropy = tokens.entropy
-                if entropy is not None and loss_cfg.entropy_coef == 0:
-                    entropy = entropy.detach()
-                out = policy_gradient_loss(
-                    tokens.logprobs,
-                    advantages[tokens.sample],
-                    slots[tokens.sample],
-                    loss_cfg,
-                    old_logprobs=old[i],
-                    ref_logprobs=ref[i],
-                    entropy=entropy,
-                    slot_token_totals=totals,
-                )
-                out.loss.backward()
-                for slot, st in out.stats.items():
-                    n = st["tokens"]
-                    sums[slot]["tokens"] += n
-                    sums[slot]["loss"] += st["loss"]
-                    for key in ("pg_loss", "kl", "entropy", "clip_fraction", "ratio", "advantage"):
-                        sums[slot][key] += st[key] * n
-            norms = self.optimizers.step(sums.keys())
-            stats = {
-                slot: {
-                    "loss": s["loss"],
-                    **{k: s[k] / s["tokens"] for k in ("pg_loss", "kl", "entropy", "clip_fraction", "ratio", "advantage")},
-                    "grad_norm": norms.get(slot, 0.0),
-                    "tokens": s["tokens"],
-                }
-                for slot, s in sums.items()
-            }
-        self.model.set_adapter_index(None)
-        for slot in stats:
-            rewards = [s.reward for s in samples if s.slot == slot]
-            stats[slot]["samples"] = float(len(rewards))
-            stats[slot]["reward_mean"] = sum(rewards) / len(rewards)
+        for _ in range(self.update_config.epochs):
+            sums = share.backward_epoch()
+            stats = epoch_stats(sums, self.optimizers.step(sums.keys()))
         return stats
+
+    def share(self, samples: Sequence[Sample], advantages: torch.Tensor, slot_token_totals: dict[int, float]) -> "ShareStep":
+        """This learner's share of a step split across learners (``learners.data_parallel``): ``advantages[i]``
+        of ``samples[i]`` and the per-slot token totals N_a come from the WHOLE step (``step_targets``).
+
+        Runs the no-grad old-policy (epochs > 1) and KL-reference passes now; then, per epoch,
+        ``ShareStep.gradients()`` gives this share's gradients, the caller sums every share's
+        (``sum_gradients``) and every replica calls :meth:`apply_gradients` with that sum.
+        """
+        return ShareStep(self, samples, advantages, slot_token_totals)
+
+    def apply_gradients(self, summed: SlotGradients) -> dict[int, dict[str, float]]:
+        """Step each slot of ``summed`` with its gradient sum g_a: clip to ``grad_clip`` by ||g_a|| and AdamW
+        with this replica's state (every replica applying the same sum stays identical). Returns the epoch's
+        statistics over all shares (as :meth:`step`'s, ``grad_norm`` = ||g_a|| before clipping)."""
+        for p in (p for slot in summed.grads for p in self.model.slot_parameters(slot)):
+            if p.grad is not None:
+                raise RuntimeError("apply_gradients found a gradient already set: a share's gradients were not exported")
+        import_slot_gradients(self.model, summed.grads)
+        return epoch_stats(summed.sums, self.optimizers.step(summed.grads.keys()))
 
     def replace_adapter(self, slot: int, factors: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Evolution: overwrite one slot's weights in place and reset its optimizer state."""
@@ -269,3 +231,149 @@ class PolicyLearner:
     def save_adapter(self, slot: int, path: str | os.PathLike) -> None:
         """Export ``slot`` as a PEFT directory (what the inference engine loads)."""
         save_adapter(self.model, slot, path)
+
+
+_TOKEN_MEANS = ("pg_loss", "kl", "entropy", "clip_fraction", "ratio", "advantage")
+
+
+def epoch_stats(sums: dict[int, dict[str, float]], norms: dict[int, float]) -> dict[int, dict[str, float]]:
+    """Per-slot statistics from an epoch's additive sums: ``loss`` (sum of l_t / N_a), the token means
+    sum(x_t) / tokens of ``_TOKEN_MEANS``, ``grad_norm`` (pre-clip, 0 when the slot was not stepped),
+    ``tokens``, ``samples`` and ``reward_mean`` = sum(r_i) / samples."""
+    return {
+        slot: {
+            "loss": s["loss"],
+            **{k: s[k] / s["tokens"] for k in _TOKEN_MEANS},
+            "grad_norm": norms.get(slot, 0.0),
+            "tokens": s["tokens"],
+            "samples": s["samples"],
+            "reward_mean": s["reward"] / s["samples"],
+        }
+        for slot, s in sums.items()
+    }
+
+
+class ShareStep:
+    """One learner's share of a step: its samples in micro-batches, their global advantages and the global
+    N_a, the old-policy (epochs > 1) and reference log-probs; one epoch of forward/backward per call.
+
+    Built by :meth:`PolicyLearner.share`; :meth:`PolicyLearner.step` is one share holding every sample.
+    """
+
+    def __init__(
+        self, learner: PolicyLearner, samples: Sequence[Sample], advantages: torch.Tensor, slot_token_totals: dict[int, float]
+    ) -> None:
+        model = learner.model
+        bad = sorted({s.slot for s in samples if s.slot >= model.num_slots})
+        if bad:
+            raise ValueError(f"sample slots {bad} are out of range: the model has {model.num_slots} adapter slots")
+        if advantages.shape != (len(samples),):
+            raise ValueError(f"{len(samples)} samples but advantages of shape {tuple(advantages.shape)}")
+        missing = sorted({s.slot for s in samples} - set(slot_token_totals))
+        if missing:
+            raise ValueError(f"slot_token_totals lacks slots {missing} (pass the whole step's totals)")
+        self.learner = learner
+        self.samples = list(samples)
+        self.totals = slot_token_totals
+        self.epochs_left = learner.update_config.epochs
+        cfg, chunk = learner.update_config, learner.update_config.logit_chunk_tokens
+        device = learner.device
+        self.slots = torch.tensor([s.slot for s in samples], device=device, dtype=torch.long)
+        self.advantages = advantages.to(device)
+        self.batches = (
+            [b.to(device) for b in micro_batches(samples, learner.pad_token_id, cfg.micro_batch_tokens, cfg.batching)]
+            if samples else []
+        )
+        self.old: list[torch.Tensor | None] = [None] * len(self.batches)
+        self.ref: list[torch.Tensor | None] = [None] * len(self.batches)
+        need_ref = learner.loss_config.kl_coef > 0
+        if cfg.epochs > 1 or need_ref:
+            with torch.no_grad():
+                for i, batch in enumerate(self.batches):
+                    if cfg.epochs > 1:
+                        self.old[i] = forward_loss_tokens(model, batch, temperature=cfg.temperature, logit_chunk_tokens=chunk).logprobs
+                    if need_ref:
+                        self.ref[i] = forward_loss_tokens(
+                            model, batch, adapter_off=True, temperature=cfg.temperature, logit_chunk_tokens=chunk
+                        ).logprobs
+            model.set_adapter_index(None)
+
+    def backward_epoch(self) -> dict[int, dict[str, float]]:
+        """Forward, loss (per adapter: sum_t l_t / N_a with the global N_a) and backward of every micro-batch;
+        the gradients accumulate in the slots' ``.grad``. Returns per slot the additive sums: ``tokens``,
+        ``loss``, token-weighted sums of ``_TOKEN_MEANS``, ``samples``, ``reward`` (sum of rewards)."""
+        if self.epochs_left < 1:
+            raise RuntimeError(f"this share already ran its {self.learner.update_config.epochs} epoch(s)")
+        self.epochs_left -= 1
+        learner = self.learner
+        cfg, loss_cfg = learner.update_config, learner.loss_config
+        want_entropy = loss_cfg.entropy_coef > 0 or cfg.track_entropy
+        sums: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        learner.model.train()
+        for i, batch in enumerate(self.batches):
+            tokens = forward_loss_tokens(
+                learner.model, batch, entropy=want_entropy, temperature=cfg.temperature, logit_chunk_tokens=cfg.logit_chunk_tokens
+            )
+            entropy = tokens.entropy
+            if entropy is not None and loss_cfg.entropy_coef == 0:
+                entropy = entropy.detach()
+            out = policy_gradient_loss(
+                tokens.logprobs,
+                self.advantages[tokens.sample],
+                self.slots[tokens.sample],
+                loss_cfg,
+                old_logprobs=self.old[i],
+                ref_logprobs=self.ref[i],
+                entropy=entropy,
+                slot_token_totals=self.totals,
+            )
+            out.loss.backward()
+            for slot, st in out.stats.items():
+                n = st["tokens"]
+                sums[slot]["tokens"] += n
+                sums[slot]["loss"] += st["loss"]
+                for key in _TOKEN_MEANS:
+                    sums[slot][key] += st[key] * n
+        learner.model.set_adapter_index(None)
+        for s in self.samples:
+            sums[s.slot]["samples"] += 1.0
+            sums[s.slot]["reward"] += s.reward
+        return {slot: dict(s) for slot, s in sums.items()}
+
+    def gradients(self, device: torch.device | str = "cpu") -> SlotGradients:
+        """One epoch (:meth:`backward_epoch`) and its per-slot gradients exported as flat float32 vectors on
+        ``device`` (the model's gradients cleared), to be summed over shares and applied by every replica."""
+        sums = self.backward_epoch()
+        return SlotGradients(export_slot_gradients(self.learner.model, list(sums), device), sums)
+
+
+def data_parallel_step(
+    replicas: Sequence[PolicyLearner], samples: Sequence[Sample], assignment: Sequence[Sequence[int]] | None = None
+) -> dict[int, dict[str, float]]:
+    """One step of ``samples`` split over ``replicas`` (learners holding identical adapters and optimizer states),
+    in one process: share k trains ``samples[i] for i in assignment[k]`` (default ``split_by_tokens`` over
+    ``len(sample)`` = prompt + completion tokens) with the whole step's advantages and N_a (``step_targets``);
+    per epoch the shares' gradients are summed in share order (``sum_gradients``) and every replica applies
+    the sum. The result equals ``replicas[0].step(samples)`` up to float summation order. Returns the
+    statistics (the same on every replica). A Ray shell runs the same sequence with one share per actor.
+    """
+    if not samples:
+        raise ValueError("data_parallel_step needs at least one sample")
+    if assignment is None:
+        assignment = split_by_tokens([len(s) for s in samples], len(replicas))
+    if len(assignment) != len(replicas):
+        raise ValueError(f"{len(assignment)} shares for {len(replicas)} replicas")
+    if sorted(i for idx in assignment for i in idx) != list(range(len(samples))):
+        raise ValueError("the assignment must place every sample in exactly one share")
+    if len({r.update_config.epochs for r in replicas}) != 1:
+        raise ValueError("replicas of one step must run the same number of epochs")
+    targets = step_targets(samples)
+    shares = [
+        replica.share([samples[i] for i in idx], targets.advantages[list(idx)], targets.slot_token_totals)
+        for replica, idx in zip(replicas, assignment)
+    ]
+    stats: dict[int, dict[str, float]] = {}
+    for _ in range(replicas[0].update_config.epochs):
+        summed = sum_gradients([share.gradients() for share in shares])
+        stats = [replica.apply_gradients(summed) for replica in replicas][0]
+    return stats

@@ -1,0 +1,150 @@
+"""Data parallel over an adapter: one member's samples split across K learners, gradients summed, one step.
+
+The step of :class:`learners.policy_learner.PolicyLearner` minimises, for every adapter a present,
+
+    L_a = (1 / N_a) sum_{t in a} l_t(A_{i(t)})         (N_a: a's completion tokens in the WHOLE step)
+
+with advantages A_i whitened per (slot, group) over ALL of a's samples of the step. Both are global: a
+share's own N_a or its own whitening would change the loss. So they are computed once over every sample
+(:func:`step_targets`), each share S_k trains its samples with those advantages and the global N_a, and
+since L_a = sum_k L_a^{(k)} (the token sum splits over shares, the divisor is fixed),
+
+    grad L_a = sum_k grad L_a^{(k)}.
+
+Each share exports its per-slot gradients (:class:`SlotGradients`, one flat float32 vector per slot), they
+are summed in a fixed order (:func:`sum_gradients`, share 0 first: deterministic), and every replica of the
+member applies that same sum with its own copy of the AdamW state, clipping included (replicated optimizer
+state, as DDP), so replicas stay bit-identical and equal one learner's step up to float summation order.
+With epochs > 1 the exchange is per epoch (the next epoch's forward needs the stepped weights).
+
+:func:`split_by_tokens` assigns samples to K shares so that every share computes about the same tokens
+whatever the members draw. No Ray here: the actor shell moves :class:`SlotGradients` through the object store.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from learners.batching import Sample
+from learners.multi_lora import MultiLoRAModel
+from learners.pg_loss import group_normalised_advantages
+
+
+@dataclass(frozen=True)
+class StepTargets:
+    """What a step's loss needs from ALL its samples: per-sample advantages and per-slot token totals N_a.
+
+    ``advantages[i]`` belongs to ``samples[i]`` of the list it was computed from (take ``advantages[idx]``
+    for a share ``idx``); ``slot_token_totals[a]`` = sum of ``len(s.completion_ids)`` over slot a's samples.
+    """
+
+    advantages: torch.Tensor
+    slot_token_totals: dict[int, float]
+
+
+def step_targets(samples: Sequence[Sample]) -> StepTargets:
+    """Advantages whitened per (slot, group), token-weighted (``group_normalised_advantages``), and N_a, over
+    every sample of the step: the same numbers whichever learner later trains which sample."""
+    if not samples:
+        raise ValueError("step_targets needs at least one sample")
+    advantages = group_normalised_advantages(
+        [s.reward for s in samples], [(s.slot, s.group) for s in samples], [len(s.completion_ids) for s in samples]
+    )
+    totals: dict[int, float] = defaultdict(float)
+    for s in samples:
+        totals[s.slot] += len(s.completion_ids)
+    return StepTargets(advantages, dict(totals))
+
+
+def split_by_tokens(token_counts: Sequence[int], shares: int) -> list[list[int]]:
+    """Assign items (samples, by their token counts) to ``shares`` lists with balanced token sums.
+
+    Longest-processing-time greedy: items in order of (-tokens, index) each go to the share with the
+    smallest load so far (ties: the lowest share index). Deterministic; every index appears exactly once;
+    each list is in ascending index order. Bound: max load <= total / shares + max item (and <= 4/3 of the
+    optimum, Graham 1969). A share may be empty when there are fewer items than shares.
+    """
+    if shares < 1:
+        raise ValueError(f"shares must be >= 1, got {shares}")
+    if any(n < 0 for n in token_counts):
+        raise ValueError("token counts must be >= 0")
+    out: list[list[int]] = [[] for _ in range(shares)]
+    loads = [(0, k) for k in range(shares)]  # a heap of (load, share): smallest load, then lowest index
+    for i in sorted(range(len(token_counts)), key=lambda i: (-token_counts[i], i)):
+        load, k = heapq.heappop(loads)
+        out[k].append(i)
+        heapq.heappush(loads, (load + token_counts[i], k))
+    return [sorted(idx) for idx in out]
+
+
+@dataclass
+class SlotGradients:
+    """One epoch's gradients of one share (or the sum of several), per adapter slot, with statistics' sums.
+
+    ``grads[a]`` is slot a's gradient flattened in ``MultiLoRAModel.slot_parameters(a)`` order (float32);
+    ``sums[a]`` holds additive statistics (token counts, loss, token-weighted sums) that add across shares.
+    """
+
+    grads: dict[int, torch.Tensor] = field(default_factory=dict)
+    sums: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    def to(self, device: torch.device | str) -> "SlotGradients":
+        """The same gradients on ``device`` (the statistics are plain floats)."""
+        return SlotGradients({a: g.to(device) for a, g in self.grads.items()}, {a: dict(s) for a, s in self.sums.items()})
+
+
+def sum_gradients(parts: Sequence[SlotGradients]) -> SlotGradients:
+    """g_a = sum_k parts[k].grads[a] over the parts holding slot a, added in list order (so the sum is the
+    same bits on every replica); the statistics' sums add key by key likewise. A slot in one part only is
+    that part's gradient (copied)."""
+    grads: dict[int, torch.Tensor] = {}
+    sums: dict[int, dict[str, float]] = {}
+    for part in parts:
+        for slot in sorted(part.grads):
+            g = part.grads[slot]
+            if slot in grads:
+                if grads[slot].shape != g.shape:
+                    raise ValueError(f"slot {slot}: gradients of {tuple(g.shape)} and {tuple(grads[slot].shape)} elements")
+                grads[slot] = grads[slot] + g.to(grads[slot].device)
+            else:
+                grads[slot] = g.clone()
+        for slot, st in part.sums.items():
+            into = sums.setdefault(slot, {})
+            for key, value in st.items():
+                into[key] = into.get(key, 0.0) + value
+    return SlotGradients(grads, sums)
+
+
+def export_slot_gradients(model: MultiLoRAModel, slots: Sequence[int], device: torch.device | str = "cpu") -> dict[int, torch.Tensor]:
+    """Each slot's ``.grad`` tensors flattened into one vector on ``device``; the model's gradients of those
+    slots are cleared (set to None). A slot with no gradient at all is left out; one with a gradient on only
+    some of its tensors is an error (a zero and an absent gradient step AdamW differently)."""
+    out: dict[int, torch.Tensor] = {}
+    for slot in sorted(set(slots)):
+        params = model.slot_parameters(slot)
+        have = [p.grad is not None for p in params]
+        if not any(have):
+            continue
+        if not all(have):
+            raise ValueError(f"slot {slot}: {have.count(False)} of its {len(params)} tensors got no gradient")
+        out[slot] = torch.cat([p.grad.reshape(-1) for p in params]).to(device, torch.float32)
+        for p in params:
+            p.grad = None
+    return out
+
+
+def import_slot_gradients(model: MultiLoRAModel, grads: dict[int, torch.Tensor]) -> None:
+    """Set each slot's ``.grad`` tensors from its flat vector (copies on the parameters' device and dtype;
+    the vector itself is never written, so one sum can be imported into several replicas)."""
+    for slot, flat in grads.items():
+        params = model.slot_parameters(slot)
+        sizes = [p.numel() for p in params]
+        if flat.dim() != 1 or flat.numel() != sum(sizes):
+            raise ValueError(f"slot {slot}: a gradient of {tuple(flat.shape)} for {sum(sizes)} parameters")
+        for p, chunk in zip(params, flat.split(sizes)):
+            p.grad = chunk.view_as(p).to(device=p.device, dtype=p.dtype, copy=True)

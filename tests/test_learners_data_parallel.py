@@ -1,0 +1,196 @@
+"""Data parallel over an adapter (``learners.data_parallel``): a step split over K learners equals one learner's.
+
+Reference: one ``PolicyLearner.step`` over all samples. Data parallel: K = 2 and 3 ``PolicyLearner``s built
+from the same seed (identical adapters and fresh AdamW states), each training a share of the samples with the
+whole step's advantages and token totals; per epoch the shares' gradients are summed in share order and every
+replica applies the sum. Checked on a real tiny float32 Qwen2, no Ray:
+- the summed gradient equals the one learner's gradient (within 1e-5 of its largest entry), epoch by epoch;
+- after one and after two steps every replica's adapters are bit-identical to the other replicas' and equal
+  the one learner's within atol lr / 50 (measured <= 0.0063 lr), with gradient clipping active, with epochs = 2
+  (PPO ratio, KL, entropy), with a member absent from a step, on one share only, or a share with no sample;
+  the statistics, the pre-clip gradient norms among them, equal the one learner's (rtol 1e-5). AdamW and
+  clipping are nearly blind to a gradient's scale, so the norms and the gradient check above are what
+  catch a scaled sum (a mean instead of a sum);
+- share-local advantages and token totals would NOT be equal (the check is sensitive to what it guards);
+- one share through the data-parallel calls is bit-identical to ``step``;
+- ``split_by_tokens`` balances token sums, deterministically, every sample once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from learners.adapter_optim import AdapterOptimizers
+from learners.batching import Sample
+from learners.data_parallel import split_by_tokens, step_targets, sum_gradients
+from learners.multi_lora import LoRASpec, MultiLoRAModel
+from learners.pg_loss import PGConfig
+from learners.policy_learner import PolicyLearner, UpdateConfig, data_parallel_step
+from test_learners_update import random_samples
+
+PAD = 3
+SLOTS = 3
+LR = 1e-3
+WEIGHT_TOL = dict(atol=LR / 50, rtol=0.0)  # measured <= LR * 0.0063
+
+PLAIN = (PGConfig(), UpdateConfig(micro_batch_tokens=48))
+PPO = (PGConfig(kl_coef=0.05, entropy_coef=0.01), UpdateConfig(epochs=2, micro_batch_tokens=48, batching="pack"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread: the learners here are tiny, and two threads on the shared 2-core machine spin-wait."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_learner(path, loss: PGConfig, update: UpdateConfig, grad_clip: float | None = 0.05) -> PolicyLearner:
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = MultiLoRAModel(base, LoRASpec(rank=4, alpha=8, num_slots=SLOTS), init_b_std=0.05, seed=0)
+    return PolicyLearner(model, AdapterOptimizers(model, lr=LR, grad_clip=grad_clip), loss, update, PAD)
+
+
+def draw_samples(vocab: int, seed: int, slots: list[int], n: int = 12) -> list[Sample]:
+    """``random_samples`` (prompts of 2-8, completions of 1-11 tokens) with rewards in {-1, -0.5, 0, 0.5, 1} that
+    vary within each of two advantage groups."""
+    return [replace(s, reward=((7 * i + seed) % 5) / 2 - 1.0, group=("solve", i % 2))
+            for i, s in enumerate(random_samples(n, vocab, slots, seed))]
+
+
+def weights(learner: PolicyLearner) -> list[torch.Tensor]:
+    return [p.detach().clone() for slot in range(SLOTS) for p in learner.model.slot_parameters(slot)]
+
+
+def assert_replicas_equal_reference(reference: PolicyLearner, replicas: list[PolicyLearner]) -> None:
+    expected = weights(reference)
+    first = weights(replicas[0])
+    for replica in replicas[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(first, weights(replica))), "replicas diverged"
+    for got, want in zip(first, expected):
+        torch.testing.assert_close(got, want, **WEIGHT_TOL)
+
+
+def assert_grad_close(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Within 1e-5 of the gradient's largest entry (float32 sums of a different order; measured <= 2e-6)."""
+    torch.testing.assert_close(got, want, atol=1e-5 * float(want.abs().max()), rtol=0.0)
+
+
+def assert_stats_close(got: dict[int, dict[str, float]], want: dict[int, dict[str, float]]) -> None:
+    assert set(got) == set(want)
+    for slot in want:
+        assert got[slot].keys() == want[slot].keys()
+        for key, value in want[slot].items():
+            assert got[slot][key] == pytest.approx(value, rel=1e-5, abs=1e-6), (slot, key)
+
+
+@pytest.mark.parametrize("config", [PLAIN, PPO], ids=["reinforce", "ppo_epochs2_kl_entropy"])
+@pytest.mark.parametrize("k", [2, 3])
+def test_split_step_equals_one_learner(tiny_qwen2, config, k):
+    """Two steps (new samples each), clipping active: K replicas land on the one learner's adapters."""
+    loss, update = config
+    reference = make_learner(tiny_qwen2, loss, update)
+    replicas = [make_learner(tiny_qwen2, loss, update) for _ in range(k)]
+    vocab = reference.model.config.vocab_size
+    # Step 1: a student-like member (slot 1) draws most samples; slot 2 only two.
+    # Step 2: slot 0 absent (its replicas must keep their weights and state on every learner).
+    for seed, slots in ((1, [0, 1, 1, 1, 2, 1]), (2, [1, 2, 1])):
+        samples = draw_samples(vocab, seed, slots)
+        want = reference.step(samples)
+        got = data_parallel_step(replicas, samples)
+        assert all(want[s]["grad_norm"] > 0.05 for s in want), "gradient clipping must be active in this test"
+        assert_stats_close(got, want)
+        assert_replicas_equal_reference(reference, replicas)
+
+
+def test_summed_gradient_equals_one_learners_gradient(tiny_qwen2):
+    """grad L_a = sum_k grad L_a^(k) with the global advantages and N_a, epoch by epoch (epochs = 2); with
+    share-local advantages and token totals it is not (so the equality checks above guard them)."""
+    loss, update = PPO
+    reference = make_learner(tiny_qwen2, loss, update)
+    replicas = [make_learner(tiny_qwen2, loss, update) for _ in range(3)]
+    samples = draw_samples(reference.model.config.vocab_size, 3, [0, 1, 1, 2])
+    assignment = split_by_tokens([len(s) for s in samples], 3)
+    targets = step_targets(samples)
+    whole = reference.share(samples, targets.advantages, targets.slot_token_totals)
+    shares = [r.share([samples[i] for i in idx], targets.advantages[idx], targets.slot_token_totals)
+              for r, idx in zip(replicas, assignment)]
+    for _ in range(update.epochs):
+        want = whole.gradients()
+        got = sum_gradients([share.gradients() for share in shares])
+        assert set(got.grads) == set(want.grads) == {0, 1, 2}
+        for slot in want.grads:
+            assert_grad_close(got.grads[slot], want.grads[slot])
+        reference.apply_gradients(want)
+        for replica in replicas:
+            replica.apply_gradients(got)
+    assert_replicas_equal_reference(reference, replicas)
+
+    # Share-local targets (what a learner would compute from its share alone) give another gradient.
+    fresh = [make_learner(tiny_qwen2, loss, update) for _ in range(3)]
+    whole = fresh[0].share(samples, targets.advantages, targets.slot_token_totals).gradients()
+    local = []
+    for learner, idx in zip(fresh, assignment):
+        part = [samples[i] for i in idx]
+        own = step_targets(part)
+        local.append(learner.share(part, own.advantages, own.slot_token_totals).gradients())
+    wrong = sum_gradients(local)
+    with pytest.raises(AssertionError):
+        for slot in whole.grads:
+            assert_grad_close(wrong.grads[slot], whole.grads[slot])
+
+
+def test_member_on_one_share_only(tiny_qwen2):
+    """Slot 2's samples all on share 1 of 2, slot 0's all on share 0: the other share contributes nothing to
+    them, yet both replicas step them identically (and equal to the one learner)."""
+    loss, update = PPO
+    reference = make_learner(tiny_qwen2, loss, update)
+    replicas = [make_learner(tiny_qwen2, loss, update) for _ in range(2)]
+    samples = draw_samples(reference.model.config.vocab_size, 4, [0, 1, 2, 1])
+    by_slot = {slot: [i for i, s in enumerate(samples) if s.slot == slot] for slot in range(SLOTS)}
+    ones = by_slot[1]
+    assignment = [sorted(by_slot[0] + ones[: len(ones) // 2]), sorted(by_slot[2] + ones[len(ones) // 2:])]
+    want = reference.step(samples)
+    got = data_parallel_step(replicas, samples, assignment)
+    assert_stats_close(got, want)
+    assert_replicas_equal_reference(reference, replicas)
+    # A share with no sample at all still applies the step on its replica.
+    samples = draw_samples(reference.model.config.vocab_size, 5, [1, 2], n=4)
+    want = reference.step(samples)
+    got = data_parallel_step(replicas, samples, [list(range(4)), []])
+    assert_stats_close(got, want)
+    assert_replicas_equal_reference(reference, replicas)
+
+
+def test_one_share_is_bit_identical_to_step(tiny_qwen2):
+    loss, update = PPO
+    reference = make_learner(tiny_qwen2, loss, update)
+    replica = make_learner(tiny_qwen2, loss, update)
+    samples = draw_samples(reference.model.config.vocab_size, 6, [0, 1, 1, 2])
+    for _ in range(2):
+        want = reference.step(samples)
+        got = data_parallel_step([replica], samples)
+        assert got == want
+        assert all(torch.equal(a, b) for a, b in zip(weights(replica), weights(reference)))
+
+
+def test_split_by_tokens_balances_and_is_deterministic():
+    g = torch.Generator().manual_seed(0)
+    # A student-heavy step: many long sequences for one member, few short ones for others.
+    counts = torch.randint(20, 400, (200,), generator=g).tolist() + [30] * 25
+    for k in (1, 2, 3, 5, 8):
+        shares = split_by_tokens(counts, k)
+        assert shares == split_by_tokens(counts, k)
+        assert sorted(i for s in shares for i in s) == list(range(len(counts)))
+        assert all(s == sorted(s) for s in shares)
+        loads = [sum(counts[i] for i in s) for s in shares]
+        assert max(loads) <= sum(counts) / k + max(counts)
+        assert max(loads) - min(loads) <= max(counts)
+    assert split_by_tokens([5, 3], 4) == [[0], [1], [], []]
+    with pytest.raises(ValueError, match="shares"):
+        split_by_tokens([1], 0)
