@@ -18,15 +18,14 @@ state, as DDP), so replicas stay bit-identical and equal one learner's step up t
 With epochs > 1 the exchange is per epoch (the next epoch's forward needs the stepped weights).
 
 :func:`split_by_tokens` assigns samples to K shares so that every share computes about the same tokens
-whatever the members draw. No Ray here: the actor shell moves :class:`SlotGradients` through the object store.
+whatever the members draw, splitting at most K - 1 members (the others need no gradient exchange). No Ray here: the actor shell moves :class:`SlotGradients` through the object store.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import torch
 
@@ -61,24 +60,33 @@ def step_targets(samples: Sequence[Sample]) -> StepTargets:
     return StepTargets(advantages, dict(totals))
 
 
-def split_by_tokens(token_counts: Sequence[int], shares: int) -> list[list[int]]:
-    """Assign items (samples, by their token counts) to ``shares`` lists with balanced token sums.
+def split_by_tokens(token_counts: Sequence[int], shares: int, keys: Sequence[Hashable] | None = None) -> list[list[int]]:
+    """Assign items (samples, by their token counts n_i) to ``shares`` = K lists with balanced token sums,
+    splitting as few keys (members) as possible: McNaughton's wrap-around rule at item granularity.
 
-    Longest-processing-time greedy: items in order of (-tokens, index) each go to the share with the
-    smallest load so far (ties: the lowest share index). Deterministic; every index appears exactly once;
-    each list is in ascending index order. Bound: max load <= total / shares + max item (and <= 4/3 of the
-    optimum, Graham 1969). A share may be empty when there are fewer items than shares.
+    The items are laid end to end, grouped by key (keys in order of first appearance, items of a key in
+    index order; no keys = one group), T = sum n_i; with c_i the tokens laid before item i, item i goes to
+    share k_i = min(K - 1, floor((c_i + n_i / 2) K / T)), the share its midpoint falls in. So every share
+    holds T / K tokens within the longest item (|load_k - T / K| <= max n_i), shares follow the line
+    (each key's shares are consecutive) and at most K - 1 keys are split, which bounds the gradients to
+    exchange. Deterministic; every index appears exactly once; each list ascends. With T = 0 all go to share 0.
     """
     if shares < 1:
         raise ValueError(f"shares must be >= 1, got {shares}")
     if any(n < 0 for n in token_counts):
         raise ValueError("token counts must be >= 0")
+    if keys is not None and len(keys) != len(token_counts):
+        raise ValueError(f"{len(keys)} keys for {len(token_counts)} token counts")
+    groups: dict[Hashable, list[int]] = {}
+    for i in range(len(token_counts)):
+        groups.setdefault(None if keys is None else keys[i], []).append(i)
+    total = sum(token_counts)
     out: list[list[int]] = [[] for _ in range(shares)]
-    loads = [(0, k) for k in range(shares)]  # a heap of (load, share): smallest load, then lowest index
-    for i in sorted(range(len(token_counts)), key=lambda i: (-token_counts[i], i)):
-        load, k = heapq.heappop(loads)
+    laid = 0
+    for i in (i for members in groups.values() for i in members):
+        k = 0 if total == 0 else min(shares - 1, (2 * laid + token_counts[i]) * shares // (2 * total))
         out[k].append(i)
-        heapq.heappush(loads, (load + token_counts[i], k))
+        laid += token_counts[i]
     return [sorted(idx) for idx in out]
 
 

@@ -352,7 +352,7 @@ def data_parallel_step(
 ) -> dict[int, dict[str, float]]:
     """One step of ``samples`` split over ``replicas`` (learners holding identical adapters and optimizer states),
     in one process: share k trains ``samples[i] for i in assignment[k]`` (default ``split_by_tokens`` over
-    ``len(sample)`` = prompt + completion tokens) with the whole step's advantages and N_a (``step_targets``);
+    ``len(sample)`` = prompt + completion tokens, keyed by slot) with the whole step's advantages and N_a (``step_targets``);
     per epoch the shares' gradients are summed in share order (``sum_gradients``) and every replica applies
     the sum. The result equals ``replicas[0].step(samples)`` up to float summation order. Returns the
     statistics (the same on every replica). A Ray shell runs the same sequence with one share per actor.
@@ -360,7 +360,7 @@ def data_parallel_step(
     if not samples:
         raise ValueError("data_parallel_step needs at least one sample")
     if assignment is None:
-        assignment = split_by_tokens([len(s) for s in samples], len(replicas))
+        assignment = split_by_tokens([len(s) for s in samples], len(replicas), [s.slot for s in samples])
     if len(assignment) != len(replicas):
         raise ValueError(f"{len(assignment)} shares for {len(replicas)} replicas")
     if sorted(i for idx in assignment for i in idx) != list(range(len(samples))):

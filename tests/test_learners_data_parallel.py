@@ -13,7 +13,8 @@ replica applies the sum. Checked on a real tiny float32 Qwen2, no Ray:
   catch a scaled sum (a mean instead of a sum);
 - share-local advantages and token totals would NOT be equal (the check is sensitive to what it guards);
 - one share through the data-parallel calls is bit-identical to ``step``;
-- ``split_by_tokens`` balances token sums, deterministically, every sample once.
+- ``split_by_tokens`` balances token sums (each share within the longest sample of T / K), deterministically,
+  every sample once, splitting at most K - 1 members, each over consecutive shares.
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ def test_split_step_equals_one_learner(tiny_qwen2, config, k):
     # Step 2: slot 0 absent (its replicas must keep their weights and state on every learner).
     for seed, slots in ((1, [0, 1, 1, 1, 2, 1]), (2, [1, 2, 1])):
         samples = draw_samples(vocab, seed, slots)
+        shares = split_by_tokens([len(s) for s in samples], k, [s.slot for s in samples])  # data_parallel_step's default
+        assert any(len({j for j, idx in enumerate(shares) for i in idx if samples[i].slot == slot}) > 1 for slot in slots), \
+            "no member is split across shares: the test would not exercise the summation"
         want = reference.step(samples)
         got = data_parallel_step(replicas, samples)
         assert all(want[s]["grad_norm"] > 0.05 for s in want), "gradient clipping must be active in this test"
@@ -115,7 +119,7 @@ def test_summed_gradient_equals_one_learners_gradient(tiny_qwen2):
     reference = make_learner(tiny_qwen2, loss, update)
     replicas = [make_learner(tiny_qwen2, loss, update) for _ in range(3)]
     samples = draw_samples(reference.model.config.vocab_size, 3, [0, 1, 1, 2])
-    assignment = split_by_tokens([len(s) for s in samples], 3)
+    assignment = split_by_tokens([len(s) for s in samples], 3, [s.slot for s in samples])
     targets = step_targets(samples)
     whole = reference.share(samples, targets.advantages, targets.slot_token_totals)
     shares = [r.share([samples[i] for i in idx], targets.advantages[idx], targets.slot_token_totals)
@@ -179,18 +183,24 @@ def test_one_share_is_bit_identical_to_step(tiny_qwen2):
         assert all(torch.equal(a, b) for a, b in zip(weights(replica), weights(reference)))
 
 
-def test_split_by_tokens_balances_and_is_deterministic():
+def test_split_by_tokens_balances_and_splits_few_members():
     g = torch.Generator().manual_seed(0)
-    # A student-heavy step: many long sequences for one member, few short ones for others.
-    counts = torch.randint(20, 400, (200,), generator=g).tolist() + [30] * 25
+    # A student-heavy step: member "s0" draws 200 long sequences, four teachers 10 short ones each, interleaved.
+    counts = torch.randint(20, 400, (200,), generator=g).tolist() + [30] * 40
+    keys = ["s0"] * 200 + [f"t{i % 4}" for i in range(40)]
+    order = torch.randperm(len(counts), generator=g).tolist()
+    counts, keys = [counts[i] for i in order], [keys[i] for i in order]
     for k in (1, 2, 3, 5, 8):
-        shares = split_by_tokens(counts, k)
-        assert shares == split_by_tokens(counts, k)
+        shares = split_by_tokens(counts, k, keys)
+        assert shares == split_by_tokens(counts, k, keys)
         assert sorted(i for s in shares for i in s) == list(range(len(counts)))
         assert all(s == sorted(s) for s in shares)
         loads = [sum(counts[i] for i in s) for s in shares]
-        assert max(loads) <= sum(counts) / k + max(counts)
-        assert max(loads) - min(loads) <= max(counts)
-    assert split_by_tokens([5, 3], 4) == [[0], [1], [], []]
+        assert all(abs(load - sum(counts) / k) <= max(counts) for load in loads), loads
+        held = {key: sorted({j for j, s in enumerate(shares) for i in s if keys[i] == key}) for key in set(keys)}
+        assert sum(len(js) > 1 for js in held.values()) <= k - 1, "more members split than cuts"
+        assert all(js == list(range(js[0], js[-1] + 1)) for js in held.values()), "a member's shares must be consecutive"
+    assert split_by_tokens([5, 3], 4) == [[], [0], [], [1]]
+    assert split_by_tokens([0, 0], 2) == [[0, 1], []]
     with pytest.raises(ValueError, match="shares"):
         split_by_tokens([1], 0)
