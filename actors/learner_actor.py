@@ -38,6 +38,7 @@ class LearnerActor:
         torch.manual_seed(seed)
         self.slots = {member: i for i, member in enumerate(members)}
         self.advantage_baseline = rl["advantage_baseline"]
+        self.importance_correction = rl["importance_correction"]
         self.versions = {member: 0 for member in members}
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.base_dir = base_dir = materialise_base(model_path, getattr(torch, dtype))
@@ -57,7 +58,8 @@ class LearnerActor:
                                        grad_clip=rl["grad_clip"])
         self.learner = PolicyLearner(
             self.model, optimizers,
-            PGConfig(clip_epsilon=rl["clip_epsilon"], kl_coef=rl["kl_coef"], entropy_coef=rl["entropy_coef"]),
+            PGConfig(clip_epsilon=rl["clip_epsilon"], kl_coef=rl["kl_coef"], entropy_coef=rl["entropy_coef"],
+                     importance_correction=rl["importance_correction"], is_truncation=rl["is_truncation"]),
             UpdateConfig(epochs=rl["epochs"], micro_batch_tokens=rl["micro_batch_tokens"], temperature=temperature,
                          activation_checkpointing=resolve_activation_checkpointing(
                              rl["activation_checkpointing"], "cuda" if ray.get_gpu_ids() else "cpu"),
@@ -88,25 +90,27 @@ class LearnerActor:
         return member in self.slots
 
     def train(self, samples: list[Any]) -> dict[str, dict[str, float]]:
-        """One update of every owned member present in ``samples`` (rollouts.Sample); stats per member id."""
-        from rollouts import advantage_group
-        from learners.batching import Sample
+        """One update of every owned member present in ``samples`` (rollouts.Sample); stats per member id.
+
+        With ``rl.importance_correction: tis`` each sample carries its behaviour log-probs to the loss; a
+        sample whose log-probs are missing or misaligned is dropped and counted (``rollouts.learner_samples``:
+        ``dropped_behaviour``, ``behind``); a member left with no sample is not updated.
+        """
+        from rollouts import learner_samples
 
         unowned = sorted({s.member for s in samples} - set(self.slots))
         if unowned:
             raise ValueError(f"{self!r} got samples of {unowned}, members it does not own (it owns {sorted(self.slots)}): "
                              "the driver's member table and the learners disagree")
-        batch = [
-            Sample(self.slots[s.member], s.prompt_ids, s.completion_ids, s.reward, advantage_group(s, self.advantage_baseline))
-            for s in samples if s.completion_ids
-        ]
-        if not batch:
-            return {}
-        stats = self.learner.step(batch)
+        batch, extra = learner_samples(samples, self.slots, self.versions, self.advantage_baseline, self.importance_correction)
+        stats = self.learner.step(batch) if batch else {}
         by_slot = {slot: member for member, slot in self.slots.items()}
         for slot in stats:
             self.versions[by_slot[slot]] += 1
-        return {by_slot[slot]: {k: round(v, 6) for k, v in st.items()} for slot, st in stats.items()}
+        out = {by_slot[slot]: {k: round(v, 6) for k, v in st.items()} for slot, st in stats.items()}
+        for member, values in extra.items():
+            out.setdefault(member, {}).update(values)
+        return out
 
     def export(self, members: list[str] | None = None, dtype: str = "float32") -> dict[str, tuple[int, list[ray.ObjectRef]]]:
         """Publish each member (all owned ones by default): its PEFT files in ``dtype`` (the serving dtype,

@@ -130,6 +130,15 @@ class RLConfig(Section):
     )
     weight_decay: float = Field(0.0, ge=0, le=1.0, description="AdamW weight decay.")
     clip_epsilon: float = Field(0.2, gt=0, le=1.0, description="PPO ratio clip, used when epochs > 1.")
+    importance_correction: Literal["off", "tis"] = Field(
+        "off",
+        description="'tis': truncated importance sampling, each token's loss weighted by min(pi_old / mu, "
+        "rl.is_truncation) with mu the engine's sampling distribution (veRL's rollout_is_threshold; docs/learners.md); "
+        "samples without aligned behaviour log-probs are dropped and counted. 'off': no weight (pi_old / mu taken as 1).",
+    )
+    is_truncation: float = Field(
+        2.0, ge=1.0, le=1000.0, description="C of rl.importance_correction 'tis': importance weights above C are cut to C."
+    )
     advantage_baseline: Literal["family", "task"] = Field(
         "family",
         description="Whitening groups of the rewards: 'family' per (member, role, task family), AZR's Task-Relative "

@@ -24,6 +24,9 @@ class Sample:
     """One generated sequence to train on: adapter slot, prompt + completion token ids, scalar reward.
 
     ``group`` is the part of the advantage-normalisation key besides the slot, normally (role, family).
+    ``behaviour_logprobs``: log mu(y_t) of each completion token under the distribution the engine sampled
+    it from (``inference.requests``), one per completion token, or None when the update takes no
+    importance weight (``PGConfig.importance_correction`` "off").
     """
 
     slot: int
@@ -31,6 +34,7 @@ class Sample:
     completion_ids: Sequence[int]
     reward: float
     group: Hashable = ""
+    behaviour_logprobs: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
         if self.slot < 0:
@@ -39,6 +43,9 @@ class Sample:
             raise ValueError("sample needs at least one prompt token (the first completion token is predicted from it)")
         if len(self.completion_ids) == 0:
             raise ValueError("sample has an empty completion: nothing to train on")
+        if self.behaviour_logprobs is not None and len(self.behaviour_logprobs) != len(self.completion_ids):
+            raise ValueError(f"sample has {len(self.behaviour_logprobs)} behaviour log-probs for "
+                             f"{len(self.completion_ids)} completion tokens: they must align one to one")
 
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.completion_ids)
@@ -51,6 +58,8 @@ class TokenBatch:
     ``loss_mask[b, t]`` is True when position t predicts ``targets[b, t]``, a completion token of sample
     ``token_sample[b, t]`` (an index into the sample list; -1 elsewhere). ``token_mask`` marks real
     (non-pad) tokens; ``attention_mask`` is set for padded batches and None for packed ones.
+    ``behaviour[b, t]`` is log mu(targets[b, t]) at the loss positions (0 elsewhere) when the samples carry
+    behaviour log-probs, else None.
     """
 
     input_ids: torch.Tensor
@@ -62,6 +71,7 @@ class TokenBatch:
     loss_mask: torch.Tensor
     token_sample: torch.Tensor
     samples: list[int] = field(default_factory=list)
+    behaviour: torch.Tensor | None = None
 
     @property
     def real_tokens(self) -> int:
@@ -79,7 +89,7 @@ class TokenBatch:
 
         return TokenBatch(
             move(self.input_ids), move(self.token_mask), move(self.position_ids), move(self.attention_mask), move(self.adapter_index),
-            move(self.targets), move(self.loss_mask), move(self.token_sample), list(self.samples),
+            move(self.targets), move(self.loss_mask), move(self.token_sample), list(self.samples), move(self.behaviour),
         )
 
 
@@ -93,11 +103,21 @@ def _fill_sequence(batch: TokenBatch, row: int, offset: int, sample_id: int, sam
     batch.targets[row, offset : offset + n - 1] = torch.tensor(ids[1:])
     batch.loss_mask[row, offset + p - 1 : offset + n - 1] = True
     batch.token_sample[row, offset + p - 1 : offset + n - 1] = sample_id
+    if batch.behaviour is not None:  # log mu of completion token j sits where it is predicted: position p - 1 + j
+        batch.behaviour[row, offset + p - 1 : offset + n - 1] = torch.tensor(list(sample.behaviour_logprobs), dtype=torch.float32)
     if batch.adapter_index.dim() == 2:
         batch.adapter_index[row, offset : offset + n] = sample.slot
 
 
-def _empty(rows: int, length: int, pad_id: int, per_token: bool) -> TokenBatch:
+def _with_behaviour(samples: Sequence[Sample]) -> bool:
+    """Whether the batch carries behaviour log-probs: all samples or none (a mix is an error)."""
+    present = {s.behaviour_logprobs is not None for s in samples}
+    if len(present) > 1:
+        raise ValueError("some samples carry behaviour log-probs and some do not: give them for every sample or none")
+    return present == {True}
+
+
+def _empty(rows: int, length: int, pad_id: int, per_token: bool, behaviour: bool = False) -> TokenBatch:
     return TokenBatch(
         input_ids=torch.full((rows, length), pad_id, dtype=torch.long),
         token_mask=torch.zeros((rows, length), dtype=torch.bool),
@@ -107,6 +127,7 @@ def _empty(rows: int, length: int, pad_id: int, per_token: bool) -> TokenBatch:
         targets=torch.zeros((rows, length), dtype=torch.long),
         loss_mask=torch.zeros((rows, length), dtype=torch.bool),
         token_sample=torch.full((rows, length), -1, dtype=torch.long),
+        behaviour=torch.zeros((rows, length), dtype=torch.float32) if behaviour else None,
     )
 
 
@@ -117,7 +138,7 @@ def pad_batch(samples: Sequence[Sample], sample_ids: Sequence[int], pad_id: int)
     """
     order = sorted(range(len(samples)), key=lambda i: samples[i].slot)
     length = max(len(samples[i]) for i in order)
-    batch = _empty(len(order), length, pad_id, per_token=False)
+    batch = _empty(len(order), length, pad_id, per_token=False, behaviour=_with_behaviour(samples))
     for row, i in enumerate(order):
         _fill_sequence(batch, row, 0, sample_ids[i], samples[i])
         batch.adapter_index[row] = samples[i].slot
@@ -148,7 +169,7 @@ def pack_batch(samples: Sequence[Sample], sample_ids: Sequence[int], pad_id: int
             rows.append([i])
             room.append(row_length - len(samples[i]))
     length = max(row_length - free for free in room)
-    batch = _empty(len(rows), length, pad_id, per_token=True)
+    batch = _empty(len(rows), length, pad_id, per_token=True, behaviour=_with_behaviour(samples))
     for r, members in enumerate(rows):
         members.sort(key=lambda i: samples[i].slot)  # adapters contiguous within a row
         offset = 0
@@ -205,4 +226,5 @@ def _select_rows(batch: TokenBatch, rows: list[int]) -> TokenBatch:
         batch.input_ids[sel], batch.token_mask[sel], batch.position_ids[sel],
         None if batch.attention_mask is None else batch.attention_mask[sel],
         batch.adapter_index[sel], batch.targets[sel], batch.loss_mask[sel], batch.token_sample[sel], keep,
+        None if batch.behaviour is None else batch.behaviour[sel],
     )

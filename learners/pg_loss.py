@@ -1,4 +1,5 @@
-"""Token-level policy-gradient loss with task-relative advantages, PPO clipping, KL to the base, entropy bonus.
+"""Token-level policy-gradient loss with task-relative advantages, PPO clipping, truncated importance weights
+against the behaviour policy, KL to the base, entropy bonus.
 
 Advantages (AZR's Task-Relative REINFORCE++): every completion token carries its sequence's reward r
 (gamma = 1, terminal reward), then rewards are whitened within each (adapter, role, task family) group,
@@ -7,22 +8,39 @@ token-weighted like verl's masked whitening:
     mu_g = sum_i n_i r_i / sum_i n_i,   var_g = sum_i n_i (r_i - mu_g)^2 / sum_i n_i,
     A_i = (r_i - mu_g) / sqrt(var_g + eps)                      (n_i = completion tokens of sequence i)
 
+Three policies meet in a token's loss: pi, the adapter being trained; pi_old, the same adapter before this
+step's update (the proximal policy: pi detached with one epoch, a no-grad pass before the first of several);
+and mu, the behaviour policy that sampled y_t: the engine's distribution (temperature and top-p applied,
+``inference.requests``) under the adapter version it served, which is older than pi_old when generation
+runs ahead of training, and differs from it by the engine's kernels even when it is not.
+
 Per token t of adapter a (PPO, Schulman et al. 2017; k3 KL estimator, Schulman 2020):
 
     rho_t = exp(log pi(y_t) - log pi_old(y_t))
-    l_t   = -min(rho_t A, clip(rho_t, 1 - eps, 1 + eps) A)
+    w_t   = min(exp(log pi_old(y_t) - log mu(y_t)), C)      (detached; w_t = 1 with the correction off)
+    l_t   = -w_t min(rho_t A, clip(rho_t, 1 - eps, 1 + eps) A)
             + beta_kl * (exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1)
             - beta_ent * H(pi(. | y_<t))
     L     = sum_a (1 / N_a) sum_{t in a} l_t                     (token mean within each adapter)
 
+w_t is truncated importance sampling (TIS) at the token level: the ratio of the proximal to the behaviour
+policy, cut at C (``rl.is_truncation``, 2 as veRL's ``rollout_is_threshold``; veRL docs/algo/rollout_corr.md;
+Ionides 2008, "Truncated importance sampling"). With several epochs the product w_t * clipped(rho_t) is the
+decoupled PPO objective of AReaL (Fu et al. 2025, "AReaL: a large-scale asynchronous reinforcement learning
+system", the behaviour weight pi_prox / mu times PPO's clipped ratio to the proximal policy pi_prox), with
+its behaviour weight truncated. With one epoch rho_t = 1 in value and the gradient is
+-w_t A grad log pi(y_t): REINFORCE with each token weighted by min(pi / mu, C).
+
 Summing per-adapter token means (instead of one mean over the whole batch) makes each adapter's gradient
 independent of what else shares its batch: a mixed batch trains every adapter exactly as its own pass.
-With one update per batch, pi_old = pi (detached), rho = 1 and the loss is plain REINFORCE with the
-whitened advantage. The reference pi_ref is the frozen base: the same model with the adapter off.
+With one update per batch and the correction off, pi_old = pi (detached), rho = w = 1 and the loss is plain
+REINFORCE with the whitened advantage: no ratio to the sampling policy is taken. The reference pi_ref is the
+frozen base: the same model with the adapter off.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Hashable, Sequence
@@ -30,19 +48,32 @@ from typing import Hashable, Sequence
 import torch
 
 
+IMPORTANCE_CORRECTIONS = ("off", "tis")
+
+
 @dataclass(frozen=True)
 class PGConfig:
-    """Loss coefficients (DESIGN.md "RL update"; AZR paper branch: clip 0.2, entropy 0.001, no KL)."""
+    """Loss coefficients (DESIGN.md "RL update"; AZR paper branch: clip 0.2, entropy 0.001, no KL).
+
+    ``importance_correction``: ``"tis"`` weighs each token by w_t = min(pi_old / mu, ``is_truncation``)
+    (module docstring) and needs the behaviour log-probs; ``"off"`` takes w_t = 1.
+    """
 
     clip_epsilon: float = 0.2
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
+    importance_correction: str = "off"
+    is_truncation: float = 2.0
 
     def __post_init__(self) -> None:
         if not 0 < self.clip_epsilon < 1:
             raise ValueError(f"clip_epsilon must be in (0, 1), got {self.clip_epsilon}")
         if self.kl_coef < 0 or self.entropy_coef < 0:
             raise ValueError(f"kl_coef and entropy_coef must be >= 0, got {self.kl_coef}, {self.entropy_coef}")
+        if self.importance_correction not in IMPORTANCE_CORRECTIONS:
+            raise ValueError(f"importance_correction must be one of {IMPORTANCE_CORRECTIONS}, got {self.importance_correction!r}")
+        if not self.is_truncation >= 1.0:
+            raise ValueError(f"is_truncation must be >= 1 (a weight cap below 1 would shrink on-policy tokens), got {self.is_truncation}")
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -109,23 +140,31 @@ def policy_gradient_loss(
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     slot_token_totals: dict[int, float] | None = None,
+    behaviour_logprobs: torch.Tensor | None = None,
 ) -> PGLossOutput:
     """The loss of the module docstring over N loss tokens (all tensors shape [N], one entry per token).
 
     ``slots`` gives each token's adapter. ``slot_token_totals[a]`` is N_a, the token count that adapter a's
     sum is divided by; pass the whole step's counts when a step is split into micro-batches (default: the
     counts in this call). ``old_logprobs`` None means on-policy (rho = 1). ``ref_logprobs`` is required
-    when ``config.kl_coef`` > 0, ``entropy`` when ``config.entropy_coef`` > 0.
+    when ``config.kl_coef`` > 0, ``entropy`` when ``config.entropy_coef`` > 0, ``behaviour_logprobs``
+    (log mu(y_t)) when ``config.importance_correction`` is ``"tis"`` (ignored when it is ``"off"``).
 
     Stats per slot (token means over this call): ``loss``, ``pg_loss``, ``kl``, ``entropy``,
-    ``clip_fraction`` (tokens whose clipped branch was taken), ``ratio``, ``advantage``, ``tokens``.
+    ``clip_fraction`` (tokens whose clipped branch was taken), ``ratio``, ``advantage``, ``tokens``; with
+    ``"tis"`` also ``is_weight`` (w_t after truncation), ``is_truncated`` (tokens with pi_old / mu > C) and
+    ``behaviour_kl``, the k3 estimate r - 1 - log r (r = pi_old / mu) of KL(mu || pi_old) from tokens drawn from mu.
     """
     n = logprobs.shape
     if logprobs.dim() != 1 or advantages.shape != n or slots.shape != n:
         raise ValueError(
             f"logprobs {tuple(logprobs.shape)}, advantages {tuple(advantages.shape)} and slots {tuple(slots.shape)} must all be [N]"
         )
-    for name, t in (("old_logprobs", old_logprobs), ("ref_logprobs", ref_logprobs), ("entropy", entropy)):
+    tis = config.importance_correction == "tis"
+    if tis and behaviour_logprobs is None:
+        raise ValueError("importance_correction 'tis' needs behaviour_logprobs (log mu of every token)")
+    for name, t in (("old_logprobs", old_logprobs), ("ref_logprobs", ref_logprobs), ("entropy", entropy),
+                    ("behaviour_logprobs", behaviour_logprobs if tis else None)):
         if t is not None and t.shape != n:
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(n)}")
     if config.kl_coef > 0 and ref_logprobs is None:
@@ -138,6 +177,12 @@ def policy_gradient_loss(
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1 - config.clip_epsilon, 1 + config.clip_epsilon) * advantages
     pg = -torch.minimum(unclipped, clipped)
+    if tis:
+        log_w = (old - behaviour_logprobs.detach().to(old.dtype)).double()
+        truncated = log_w > math.log(config.is_truncation)
+        weight = torch.exp(log_w).clamp(max=config.is_truncation)
+        behaviour_kl = torch.expm1(log_w) - log_w  # k3: r - 1 - log r >= 0, r = pi_old / mu
+        pg = pg * weight.to(pg.dtype)
     per_token = pg
     kl = None
     if ref_logprobs is not None:
@@ -169,4 +214,7 @@ def policy_gradient_loss(
             "advantage": float(advantages[mask].mean()),
             "tokens": float(count),
         }
+        if tis:
+            stats[slot].update(is_weight=float(weight[mask].mean()), is_truncated=float(truncated[mask].double().mean()),
+                               behaviour_kl=float(behaviour_kl[mask].mean()))
     return PGLossOutput(loss=loss, stats=stats)

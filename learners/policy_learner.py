@@ -73,11 +73,13 @@ def resolve_activation_checkpointing(setting: Literal["auto", "on", "off"], devi
 
 @dataclass
 class LossTokens:
-    """Per loss token of one micro-batch: log-prob (with grad), entropy (if asked), sample id."""
+    """Per loss token of one micro-batch: log-prob (with grad), entropy (if asked), sample id, and the behaviour
+    log-prob log mu of the token when the batch carries them."""
 
     logprobs: torch.Tensor
     entropy: torch.Tensor | None
     sample: torch.Tensor
+    behaviour: torch.Tensor | None = None
 
 
 def _head_logprobs(
@@ -154,7 +156,8 @@ def forward_loss_tokens(
     logprobs, ent = head_logprobs(
         hf.get_output_embeddings(), hidden[batch.loss_mask], batch.targets[batch.loss_mask], temperature, entropy, logit_chunk_tokens
     )
-    return LossTokens(logprobs, ent, batch.token_sample[batch.loss_mask])
+    behaviour = batch.behaviour[batch.loss_mask] if batch.behaviour is not None else None
+    return LossTokens(logprobs, ent, batch.token_sample[batch.loss_mask], behaviour)
 
 
 class PolicyLearner:
@@ -184,7 +187,8 @@ class PolicyLearner:
 
         Stats per slot: ``loss``, ``pg_loss``, ``kl``, ``entropy``, ``clip_fraction``, ``ratio``,
         ``advantage`` (token means over the last epoch), ``grad_norm`` (pre-clip, last epoch),
-        ``tokens``, ``samples``, ``reward_mean``.
+        ``tokens``, ``samples``, ``reward_mean``; with ``importance_correction`` "tis" also ``is_weight``,
+        ``is_truncated`` and ``behaviour_kl`` (token means; ``learners.pg_loss``).
 
         The same as one share holding every sample (:meth:`share`), each epoch's gradient applied in place.
         """
@@ -234,6 +238,8 @@ class PolicyLearner:
 
 
 _TOKEN_MEANS = ("pg_loss", "kl", "entropy", "clip_fraction", "ratio", "advantage")
+# With rl.importance_correction "tis" only (learners.pg_loss): mean weight, truncated fraction, KL(mu || pi_old).
+_IS_MEANS = ("is_weight", "is_truncated", "behaviour_kl")
 
 
 def epoch_stats(sums: dict[int, dict[str, float]], norms: dict[int, float]) -> dict[int, dict[str, float]]:
@@ -244,6 +250,7 @@ def epoch_stats(sums: dict[int, dict[str, float]], norms: dict[int, float]) -> d
         slot: {
             "loss": s["loss"],
             **{k: s[k] / s["tokens"] for k in _TOKEN_MEANS},
+            **{k: s[k] / s["tokens"] for k in _IS_MEANS if k in s},
             "grad_norm": norms.get(slot, 0.0),
             "tokens": s["tokens"],
             "samples": s["samples"],
@@ -326,14 +333,16 @@ class ShareStep:
                 ref_logprobs=self.ref[i],
                 entropy=entropy,
                 slot_token_totals=self.totals,
+                behaviour_logprobs=tokens.behaviour,
             )
             out.loss.backward()
             for slot, st in out.stats.items():
                 n = st["tokens"]
                 sums[slot]["tokens"] += n
                 sums[slot]["loss"] += st["loss"]
-                for key in _TOKEN_MEANS:
-                    sums[slot][key] += st[key] * n
+                for key in _TOKEN_MEANS + _IS_MEANS:
+                    if key in st:
+                        sums[slot][key] += st[key] * n
         learner.model.set_adapter_index(None)
         for s in self.samples:
             sums[s.slot]["samples"] += 1.0

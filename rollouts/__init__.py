@@ -22,6 +22,9 @@ The loop (``actors.loop``) calls these between the actor calls:
 - :func:`behaviour_problem` / :func:`split_by_behaviour`: a sample whose behaviour log-probs are missing or
   not one finite log-probability (<= 0) per completion token cannot be importance-weighted; it is dropped
   and counted per member, never trained on with a weight of 1.
+- :func:`learner_samples`: a learner's samples as ``learners.batching.Sample`` (slot, advantage group, and
+  with the importance correction the behaviour log-probs), with what was dropped and how far behind the
+  generating adapters were.
 """
 
 from __future__ import annotations
@@ -190,6 +193,31 @@ def split_by_behaviour(samples: Sequence[Sample]) -> tuple[list[Sample], dict[st
         else:
             dropped[s.member] = dropped.get(s.member, 0) + 1
     return kept, dropped
+
+
+def learner_samples(
+    samples: Sequence[Sample], slots: dict[str, int], versions: dict[str, int], baseline: str, importance_correction: str
+) -> tuple[list[Any], dict[str, dict[str, float]]]:
+    """``samples`` (of members in ``slots``) as the learner's ``learners.batching.Sample``; empty completions
+    are left out. With ``importance_correction == "tis"`` each carries its behaviour log-probs, a sample
+    without usable ones is dropped (:func:`split_by_behaviour`), and per member the extra statistics are
+    ``dropped_behaviour`` (samples dropped) and ``behind``: the mean number of updates between the adapter
+    version that generated a kept sample and ``versions[member]``, the learner's (0 serial, 1 overlapped).
+    """
+    from learners.batching import Sample as LearnerSample
+
+    kept = [s for s in samples if s.completion_ids]
+    tis = importance_correction == "tis"
+    extra: dict[str, dict[str, float]] = {}
+    if tis:
+        kept, dropped = split_by_behaviour(kept)
+        for member in sorted({s.member for s in samples}):
+            gaps = [versions[member] - s.adapter_version for s in kept if s.member == member and s.adapter_version is not None]
+            extra[member] = {"dropped_behaviour": float(dropped.get(member, 0)),
+                             "behind": sum(gaps) / len(gaps) if gaps else 0.0}
+    batch = [LearnerSample(slots[s.member], s.prompt_ids, s.completion_ids, s.reward, advantage_group(s, baseline),
+                           behaviour_logprobs=s.logprobs if tis else None) for s in kept]
+    return batch, extra
 
 
 def proposal_jobs(

@@ -226,3 +226,19 @@ def test_samples_without_aligned_behaviour_logprobs_are_dropped_and_counted(logp
         assert kept == [good, bad, bad] and dropped == {}
     else:
         assert kept == [good] and dropped == {"s0": 2}
+
+
+def test_learner_samples_carry_behaviour_logprobs_only_with_the_correction_and_count_what_is_dropped():
+    from rollouts import learner_samples
+
+    good = Sample("s0", "student", "code_o", [1, 2], [5, 6], [-0.1, -0.2], 1.0, adapter_version=3)
+    stale = Sample("s0", "student", "code_i", [1, 2], [5], [-0.3], -1.0, adapter_version=2)
+    bad = Sample("s1", "student", "code_o", [1], [5, 6, 7], [-0.1], 0.5, adapter_version=4)
+    empty = Sample("s1", "student", "code_o", [1], [], [], 0.5, adapter_version=4)
+    slots, versions = {"s0": 0, "s1": 1}, {"s0": 3, "s1": 4}
+    batch, extra = learner_samples([good, stale, bad, empty], slots, versions, "family", "off")
+    assert [(b.slot, b.behaviour_logprobs) for b in batch] == [(0, None), (0, None), (1, None)] and extra == {}
+    batch, extra = learner_samples([good, stale, bad, empty], slots, versions, "family", "tis")
+    assert [(b.slot, list(b.behaviour_logprobs), b.group) for b in batch] == [
+        (0, [-0.1, -0.2], ("student", "code_o")), (0, [-0.3], ("student", "code_i"))]
+    assert extra == {"s0": {"dropped_behaviour": 0.0, "behind": 0.5}, "s1": {"dropped_behaviour": 1.0, "behind": 0.0}}
