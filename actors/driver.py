@@ -236,7 +236,7 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
     from tqdm import tqdm
 
     from actors.cluster import connect
-    from actors.loop import run_step
+    from actors.loop import drains_after, run_step
     from planning.placement import plan_placement
     from rollouts import StepPrompts
 
@@ -294,7 +294,7 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
 
     rows: list[dict[str, Any]] = []
     began = since = time.perf_counter()
-    step, fault = start_step, None
+    step, fault, ahead = start_step, None, None  # ahead: the next step's rollouts, generated while this one trained
     run.write_status("running", start_step - 1, 0)
     bar = tqdm(total=last_step - start_step + 1, desc=config.run.name, unit="step", file=sys.stderr, dynamic_ncols=True,
                disable=terminal.quiet)
@@ -304,11 +304,11 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
             try:
                 if fault is not None:
                     system, restored = recovery.recover(system, fault, step, since)
-                    fault, since, step = None, time.perf_counter(), restored + 1
+                    fault, since, step, ahead = None, time.perf_counter(), restored + 1, None
                     rows = [r for r in rows if r["step"] <= restored]
                     bar.n = max(0, restored - start_step + 1)
                     bar.refresh()
-                row = run_step(system, step, prompts)
+                row, ahead = run_step(system, step, prompts, ahead, overlap=not drains_after(config, step, last_step))
                 if evaluator is not None and evaluator.due(step):  # eval/<benchmark>/<member> in metrics and TensorBoard
                     started = time.perf_counter()
                     row.update(evaluator(system.generate, sorted(system.owners)))

@@ -1,23 +1,47 @@
 """One PopuLoRA step: match, propose, validate, solve, update (and evolve every E steps).
 
 Each phase's seconds go to the step's row (``phase_seconds``): match, propose, validate, solve (generation),
-judge (the verifiers on the answers), train, handover (new adapter versions to the engines), record (the
-league's outcomes), evolve; the driver adds evaluate, and logs each checkpoint's seconds as an event.
+judge (the verifiers on the answers), record (the league's outcomes), train, handover (new adapter versions to
+the engines), evolve; the driver adds evaluate, and logs each checkpoint's seconds as an event.
 
-On-policy: every phase of step t uses the adapter versions published at the end of step t-1; the
-update of step t trains on samples drawn by exactly those versions (the engine reports the version
-that produced each sample). Phases are not overlapped across steps.
+Serial (``run.max_staleness: 0``): every phase of step t uses the adapter versions published at the end of
+step t-1, and the update of step t trains on samples drawn by exactly those versions (the engine reports the
+version that produced each sample).
+
+Overlapped (``run.max_staleness: 1``): while the learners train on step t's samples, the engines generate
+step t+1 (match .. judge) with the versions of step t-1, one update behind; the update of step t+1 weighs
+each token by min(pi_old / mu, C) (``rl.importance_correction: tis``, ``learners.pg_loss``). The rules at a
+step boundary t -> t+1:
+
+- ratings: step t's outcomes are recorded as soon as they are judged, before step t+1 is matched, so step
+  t+1's matches use the ratings after step t, as in a serial run (the league sees the same calls in the same
+  order);
+- the pipeline drains (:func:`drains_after`) after a checkpoint step, an evolution step and the last step:
+  step t+1 is then generated after update t is published. So evolution never replaces a member whose
+  rollouts are in flight, a checkpoint never has rollouts in flight (it needs nothing beyond a serial one),
+  and a run resumed or recovered from it continues exactly as the uninterrupted overlapped run, which
+  drained there too;
+- evaluation after step t (``eval.every``) scores the adapters of update t, published at the end of step t,
+  as in a serial run; step t+1's rollouts, already generated, are not affected;
+- the row of step t+1 keeps the seconds of its own generation phases, spent while step t trained; step t's
+  ``train`` covers the update and the overlapped generation, from start to the learners' answer.
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 import ray
 
+from configs.schema import Config
 from rollouts import (
+    DroppedRequest,
+    ProposalJob,
+    Sample,
+    SolveJob,
     StepPrompts,
     bounded_validations,
     drop_rejected_proposals,
@@ -49,11 +73,32 @@ class PhaseTimer:
         self.seconds[phase] = round(time.perf_counter() - start, 4)
 
 
-def run_step(system: "System", step: int, prompts: StepPrompts) -> dict[str, Any]:
-    """Run step ``step`` of the loop on the actors of ``system``; returns its metrics row.
+def drains_after(config: Config, step: int, last_step: int) -> bool:
+    """Whether step ``step + 1`` waits for update ``step`` before it generates (see the module docstring):
+    always in a serial run; in an overlapped one after a checkpoint step, an evolution step and the last step."""
+    evolves = config.evolution.enabled and step % config.evolution.period == 0
+    return config.run.max_staleness == 0 or step >= last_step or step % config.run.checkpoint_every == 0 or evolves
 
-    ``prompts`` words the prompts and bounds the tasks (``StepPrompts.from_config``). A request the
-    engine rejects (it does not fit the context) is dropped alone and counted in the row.
+
+@dataclass
+class Rollouts:
+    """What a step's generation phases made (match .. judge, outcomes recorded): its update's samples and row."""
+
+    step: int
+    proposals: list[ProposalJob]
+    validations: list[Any]
+    solves: list[SolveJob]
+    judgements: list[list[Any]]
+    rho: list[float | None]
+    dropped: list[DroppedRequest]
+    samples: list[Sample]
+    seconds: dict[str, float]
+
+
+def generate_rollouts(system: "System", step: int, prompts: StepPrompts) -> Rollouts:
+    """Match, propose, validate, solve, judge and record step ``step`` with the adapters the engines serve now.
+
+    A request the engine rejects (it does not fit the context) is dropped alone and counted in the row.
     """
     cfg, league, timer = system.config, system.league, PhaseTimer()
     families, n_inputs = cfg.tasks.families, cfg.tasks.code_f_inputs
@@ -89,20 +134,42 @@ def run_step(system: "System", step: int, prompts: StepPrompts) -> dict[str, Any
         per_job = [judgements[i * cfg.tasks.rollouts_k:(i + 1) * cfg.tasks.rollouts_k] for i in range(len(solves))]
         rho = solve_rates(len(proposals), solves, per_job)
 
-    # update: train every member on its samples, hand the new versions to the engines, record the outcomes
-    with timer("train"):
-        samples = teacher_samples(proposals, rho, cfg.rewards, cfg.population.single_agent)
-        samples += student_samples(solves, per_job, cfg.rewards)
-        train_stats = system.train(samples)
-    with timer("handover"):
-        system.publish_adapters()
     with timer("record"):
         outcomes = [(j.teacher, j.student, rho[i] is not None, rho[i] or 0.0) for i, j in enumerate(proposals)]
         ray.get(league.record.remote(step, outcomes, [v.task.to_dict() for v in validations if v.valid]))
 
+    samples = teacher_samples(proposals, rho, cfg.rewards, cfg.population.single_agent)
+    samples += student_samples(solves, per_job, cfg.rewards)
+    return Rollouts(step, proposals, validations, solves, per_job, rho, dropped, samples, timer.seconds)
+
+
+def run_step(system: "System", step: int, prompts: StepPrompts, ahead: Rollouts | None = None,
+             overlap: bool = False) -> tuple[dict[str, Any], Rollouts | None]:
+    """Run step ``step`` on the actors of ``system``; returns its metrics row and, with ``overlap``, step
+    ``step + 1``'s rollouts, generated while this step's update ran (one update behind).
+
+    ``ahead``: this step's rollouts when the previous call generated them; None generates them now.
+    ``prompts`` words the prompts and bounds the tasks (``StepPrompts.from_config``).
+    """
+    now = ahead if ahead is not None else generate_rollouts(system, step, prompts)
+    timer = PhaseTimer()
+    timer.seconds.update(now.seconds)
+    with timer("train"):  # the learners train while, overlapped, the engines generate the next step
+        training = system.start_training(now.samples)
+        members = ray.get(system.league.members.remote())
+        upcoming = generate_rollouts(system, step + 1, prompts) if overlap else None
+        train_stats = system.finish_training(training)
+    with timer("handover"):
+        system.publish_adapters()
     with timer("evolve"):
         events = system.evolve(step)  # empty except every E steps
-
-    members = ray.get(league.members.remote())
-    return step_row(step, members, system.coverage, families, proposals, validations, solves, per_job, rho, samples,
-                    train_stats, events, timer.seconds, prompt_metrics(proposals, solves, dropped, prompts))
+    if events and upcoming is not None:
+        raise RuntimeError(f"evolution at step {step} with step {step + 1}'s rollouts in flight: drains_after must drain there")
+    if events:
+        members = ray.get(system.league.members.remote())
+    row = step_row(step, members, system.coverage, system.config.tasks.families, now.proposals, now.validations,
+                   now.solves, now.judgements, now.rho, now.samples, train_stats, events, timer.seconds,
+                   prompt_metrics(now.proposals, now.solves, now.dropped, prompts))
+    if system.config.run.max_staleness:
+        row["staleness"] = 0 if ahead is None else 1  # updates between the generating adapters and the learners'
+    return row, upcoming

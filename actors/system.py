@@ -257,11 +257,17 @@ class System:
         """Every learner trains all its members present in ``samples`` in one pass; returns per-member stats.
 
         A sample of a member no learner owns is an error (never dropped)."""
+        return self.finish_training(self.start_training(samples))
+
+    def start_training(self, samples: list[Sample]) -> list[ray.ObjectRef]:
+        """Send each learner its members' samples and return at once (the update runs in the learners)."""
         unowned = sorted({s.member for s in samples} - set(self.owners))
         if unowned:
             raise RuntimeError(f"samples of {unowned}, members no learner owns (learners own {sorted(self.owners)})")
-        flat = self.flat_learners
-        calls = [l.train.remote([s for s in samples if self.owners[s.member] == i]) for i, l in enumerate(flat)]
+        return [l.train.remote([s for s in samples if self.owners[s.member] == i]) for i, l in enumerate(self.flat_learners)]
+
+    def finish_training(self, calls: list[ray.ObjectRef]) -> dict[str, Any]:
+        """Wait for the learners' updates of :meth:`start_training`; per-member stats."""
         stats: dict[str, Any] = {}
         for result in ray.get(calls):
             stats.update(result)

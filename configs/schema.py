@@ -329,6 +329,12 @@ class RunConfig(Section):
         description="Times the driver may recover by itself from a dead actor (recreate the actors, restore the latest "
                     "checkpoint, continue) before the run fails, failed attempts included; 0 fails at the first dead actor.",
     )
+    max_staleness: int = Field(
+        0, ge=0, le=1,
+        description="0: serial steps. 1: the engines generate step t+1 with the adapters one update behind while the "
+        "learners train on step t (needs rl.importance_correction 'tis'; the pipeline drains after checkpoint, "
+        "evolution and last steps; actors/loop.py).",
+    )
 
 
 class PlanConfig(Section):
@@ -372,3 +378,23 @@ class Config(Section):
     run: RunConfig = Field(default_factory=RunConfig, description="Length, seed, checkpoints, outputs.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Benchmark evaluation during training.")
     plan: PlanConfig = Field(default_factory=PlanConfig, description="What the dry run's time plan assumes.")
+
+    @model_validator(mode="after")
+    def _overlap_is_possible(self) -> "Config":
+        """``run.max_staleness: 1`` needs the importance correction and generation and training on separate devices."""
+        if not self.run.max_staleness:
+            return self
+        if self.rl.importance_correction == "off":
+            raise ValueError(
+                "run.max_staleness=1 trains on samples drawn one update behind: it needs rl.importance_correction='tis' "
+                "(rl.importance_correction is 'off')"
+            )
+        res = self.resources
+        if not res.inference_gpus and not res.learner_gpus and (res.inference_cpus < 1 or res.learner_cpus < 1):
+            raise ValueError(
+                f"run.max_staleness=1 runs generation and training at once, on separate devices; on this CPU-only layout "
+                f"(resources.inference_gpus=0, resources.learner_gpus=0) resources.inference_cpus={res.inference_cpus:g} "
+                f"and resources.learner_cpus={res.learner_cpus:g} reserve fractions of a core, so the engine and the "
+                "learners would share cores: reserve whole cores (both >= 1) or put either on GPUs"
+            )
+        return self

@@ -69,7 +69,7 @@ def test_a_step_with_maximum_size_tasks_and_k_runs_within_budget(tiny_model, tmp
     system = System.start(config, plan, str(tiny_model))
     try:
         system.publish_adapters(all_members=True)
-        row = run_step(system, 1, prompts)
+        row, _ = run_step(system, 1, prompts)
     finally:
         system.stop()
         ray.shutdown()
