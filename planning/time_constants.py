@@ -93,14 +93,14 @@ A100 = DeviceKind(
 CPU = DeviceKind(
     name="cpu",
     memory_gib=24.0,
-    peak_flops=Sourced(2.081e10, "bench/time_constants.py on this project's 2-core test machine, 2026-11-25: training "
+    peak_flops=Sourced(1.871e10, "bench/time_constants.py on this project's 2-core test machine, 2026-11-25: training "
                                 "FLOP/s of one tiny-default learner on one thread (effective peak: train_mfu is 1)",
                        measured=True),
-    memory_bandwidth=Sourced(1.492e9, "bench/time_constants.py, same machine: tiny model weight bytes / one-row decode step "
+    memory_bandwidth=Sourced(9.94e8, "bench/time_constants.py, same machine: tiny model weight bytes / one-row decode step "
                                     "of the transformers engine (effective: a step's fixed cost)", measured=True),
     train_mfu=Sourced(1.0, "by definition of the CPU kind's effective peak", measured=True),
-    prefill_mfu=Sourced(1.36, "bench/time_constants.py, same machine: prefill FLOP/s / the effective peak", measured=True),
-    decode_mfu=Sourced(0.376, "bench/time_constants.py, same machine: decode FLOP/s per added row / the effective peak",
+    prefill_mfu=Sourced(1.41, "bench/time_constants.py, same machine: prefill FLOP/s / the effective peak", measured=True),
+    decode_mfu=Sourced(0.594, "bench/time_constants.py, same machine: decode FLOP/s per added row / the effective peak",
                        measured=True),
     lora_decode_overhead=Sourced(0.0, "bench/time_constants.py measures with the adapters on (already in decode_mfu)",
                                  measured=True),
@@ -115,12 +115,12 @@ HOST = HostConstants(
                                           "replicas load in parallel on a node with cores to spare", measured=True),
     adapter_swap_s=Sourced(0.006, "bench/adapter_transport.py (docs/system.md): the tiny default's four members "
                                   "published in 24 ms", measured=True),
-    checkpoint_bandwidth=Sourced(1.465e8, "bench/time_constants.py on the test machine: checkpoint bytes / seconds", measured=True),
-    league_s=Sourced(0.0026, "bench/time_constants.py: the pure league's match + record of a 2+2 step (Ray round trips "
+    checkpoint_bandwidth=Sourced(3.62e8, "bench/time_constants.py on the test machine: checkpoint bytes / seconds", measured=True),
+    league_s=Sourced(0.0024, "bench/time_constants.py: the pure league's match + record of a 2+2 step (Ray round trips "
                                "not counted)", measured=True),
     evolution_s_per_mparam=Sourced(0.75 / 161.5, "bench/evolution.py on the H100 host, 2026-11-25: slowest operator "
                                                  "(dare) 0.75 s per 7B rank-64 child (161.5 M parameters)", measured=True),
-    evolution_s_floor=Sourced(0.0136, "bench/time_constants.py on the test machine: the median operator's child of the "
+    evolution_s_floor=Sourced(0.0147, "bench/time_constants.py on the test machine: the median operator's child of the "
                                         "tiny default's size", measured=True),
 )
 
