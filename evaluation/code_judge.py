@@ -14,7 +14,11 @@ Runs per layout:
   per input, cached by the file's hash: ``references``); a candidate (``sanitize``d like evalplus
   does) then runs once per task, base inputs then plus inputs, each call timed in that process
   against its own limit ``max(floor_s, factor * t_ref)`` and judged by evalplus's rules
-  (``evalplus_rules``), stopping at the first failing input, which the reason names.
+  (``evalplus_rules``), stopping at the first failing input, which the reason names. Only when that
+  run is killed at its outside deadline (a call that never returns): its base part alone again (the
+  base verdict), then the hung part's inputs one sandboxed run each, under each input's own limit,
+  until one is killed, which the reason names (at most that part's inputs more runs, for that task
+  only: ``_name_hung_inputs``).
 - check / mbpp_asserts: ``prefix + candidate + test`` then ``check(entry_point)`` / the asserts.
 - livecodebench: one run per test; functional tests call the function (or ``Solution().method``)
   and compare as JSON values (tuples as lists); stdin tests compare stdout line by line after
@@ -332,6 +336,13 @@ def assemble(problem: CodeProblem, code: str) -> str:
     return problem.prefix + ("\n\n" + code if defines else code)
 
 
+def _elements(list_repr: str) -> list[str]:
+    """The elements' source texts of a list written as Python source (a reference's outputs)."""
+    node = ast.parse(list_repr, mode="eval").body
+    assert isinstance(node, ast.List), list_repr[:80]
+    return [ast.get_source_segment(list_repr, e) for e in node.elts]
+
+
 def _reason(result: ExecResult) -> str:
     return f"{result.status.value}: {result.error}"[:300] if result.error else result.status.value
 
@@ -509,10 +520,14 @@ class CodeJudge:
 
     def _base_after_timeouts(self, items: Sequence[tuple[CodeProblem, str | None]], plan: list[tuple[int, str, Any]],
                              results: list[ExecResult], outcomes: list[Outcome | None]) -> None:
-        """evalplus runs the base and the plus inputs in two processes, so a hang in the plus part
+        """After an evalplus run killed at its outside deadline (and only then): the base verdict and
+        the input that hung.
+
+        evalplus runs the base and the plus inputs in two processes, so a hang in the plus part
         leaves the base verdict standing. Here both parts share one process; a run killed at its
         outside deadline is run again on the base inputs alone (under the base part's deadline)
-        to get that base verdict."""
+        to get that base verdict. The part that hung (base when that re-run times out too, else
+        plus) is then searched for the input that hung (``_name_hung_inputs``)."""
         again = [(i, code) for (i, kind, code), r in zip(plan, results) if kind == "evalplus" and r.status.value == "timeout"]
         if not again:
             return
@@ -521,16 +536,68 @@ class CodeJudge:
             p = items[i][0]
             ref = self.references[p.source]
             limits_base, _ = self.limits_of(p)
-            program = rules.candidate_program(f"{FLOAT_LITERALS}{with_expression_eval(with_sys_standin(code))}", p.task_id,
-                                              p.entry_point, p.atol, p.base_inputs, [], ref.expected_base, "[]", limits_base, [])
+            program = rules.candidate_program(self._candidate_code(code), p.task_id, p.entry_point, p.atol, p.base_inputs, [],
+                                              ref.expected_base, "[]", limits_base, [])
             runs.append((program, rules.part_deadline(limits_base)))
-        for (i, _), result in zip(again, self._execute(runs)):
+        hung: list[tuple[int, str, str]] = []  # (item index, part, candidate code)
+        for (i, code), result in zip(again, self._execute(runs)):
             base = self._verdict("evalplus", None, result)
-            hung = "base" if not base.passed else "plus"
-            reason = (f"timeout: the {hung} part ran past the sum of its inputs' limits (killed from outside; "
-                      f"the input that hung cannot be named from outside the process)")
-            outcomes[i] = Outcome(False, reason if base.passed or result.status.value == "timeout" else base.reason,
-                                  base_passed=base.passed)
+            if base.passed or result.status.value == "timeout":
+                part = "base" if not base.passed else "plus"
+                hung.append((i, part, code))
+                reason = (f"timeout: the {part} part ran past the sum of its inputs' limits (killed from outside; "
+                          f"no input of it, run alone under its own limit, timed out)")
+                outcomes[i] = Outcome(False, reason, base_passed=base.passed)
+            else:
+                outcomes[i] = Outcome(False, base.reason, base_passed=False)
+        self._name_hung_inputs(items, hung, outcomes)
+
+    @staticmethod
+    def _candidate_code(code: str) -> str:
+        return f"{FLOAT_LITERALS}{with_expression_eval(with_sys_standin(code))}"
+
+    def _name_hung_inputs(self, items: Sequence[tuple[CodeProblem, str | None]], hung: list[tuple[int, str, str]],
+                          outcomes: list[Outcome | None]) -> None:
+        """Name the input that hung, for runs killed from outside only: the hung part's inputs are
+        run again from its first input (none of that part is known to have passed: the killed
+        process returned nothing), **each input in its own sandboxed run** under that input's own
+        limit (outside deadline ``part_deadline([limit])``: the limit plus the usual 1 s margin),
+        stopping at the first that is killed ("did not return within its limit") or returns over
+        its limit. Rounds: one input per unresolved task per round, the tasks of a round in one
+        batch. Bounded: at most the part's inputs more processes per timed-out task, none for any
+        other task (a normal run stays one process). When no input times out alone (a hang that
+        needs the earlier calls' state, or a part over the 60 s cap), the part-level reason stays."""
+        state = {}  # item index -> (part, code, next input)
+        for i, part, code in hung:
+            state[i] = (part, code, 0)
+        while state:
+            runs, owners = [], []
+            for i, (part, code, k) in list(state.items()):
+                p = items[i][0]
+                inputs = p.base_inputs if part == "base" else p.plus_inputs
+                if k >= len(inputs):
+                    del state[i]
+                    continue
+                ref = self.references[p.source]
+                limit = self.limits_of(p)[0 if part == "base" else 1][k]
+                expected = _elements(ref.expected_base if part == "base" else ref.expected_plus)[k]
+                program = rules.candidate_program(self._candidate_code(code), p.task_id, p.entry_point, p.atol, [inputs[k]], [],
+                                                  f"[{expected}]", "[]", [limit], [])
+                runs.append((program, rules.part_deadline([limit])))
+                owners.append((i, part, k, limit))
+            for (i, part, k, limit), result in zip(owners, self._execute(runs)):
+                reason = None
+                if result.status.value == "timeout":
+                    reason = f"time limit: {part} input {k} did not return within its limit of {limit:.3g} s"
+                elif result.ok:
+                    verdict = ast.literal_eval(result.output)
+                    if verdict[1] == "time":
+                        reason = f"time limit: {part} input {k} took {verdict[3]:.3g} s, over its limit of {verdict[4]:.3g} s"
+                if reason is not None:
+                    outcomes[i] = Outcome(False, reason, base_passed=outcomes[i].base_passed)
+                    del state[i]
+                else:
+                    state[i] = (part, state[i][1], k + 1)
 
     @staticmethod
     def _verdict(kind: str, data: Any, result: ExecResult) -> Outcome:

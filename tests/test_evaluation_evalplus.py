@@ -134,11 +134,30 @@ def test_each_input_has_its_own_limit_and_the_first_one_over_it_is_named(problem
     assert error_out.reason.startswith("runtime error on base input 1: AttributeError")
 
 
-def test_a_hang_in_the_plus_part_keeps_the_base_verdict(problems, judge):
-    hang = "def square(n):\n    while n == 5:\n        pass\n    return n * n\n"
-    [outcome] = judge.judge([(problems["Mbpp/901"], hang)])
-    assert (outcome.base_passed, outcome.passed) == (True, False)
-    assert outcome.reason.startswith("timeout: the plus part"), outcome.reason
+def test_the_input_that_never_returns_is_named_by_running_each_input_of_its_part_alone(tmp_path):
+    """A call that never returns leaves nothing from its process; only then is the hung part re-run
+    input by input, each alone under its own limit, stopping at the first that times out."""
+    path = write_jsonl(tmp_path / "MbppPlus.jsonl", [row("Mbpp/903", "double", "def double(n):\n    return 2 * n\n",
+                                                         [[1], [2]], [[3], [5], [7]])])
+    [p] = load_benchmark("mbpp+", [path])
+    plus_hang = "def double(n):\n    if n == 5:\n        while True:\n            pass\n    return 2 * n\n"  # plus input 1
+    base_hang = "def double(n):\n    if n == 2:\n        while True:\n            pass\n    return 2 * n\n"  # base input 1
+    with CodeJudge(JudgeLimits(floor_s=0.1, factor=4.0, workers=3, cache_dir=tmp_path / "cache")) as judge:
+        judge.prepare([p])
+        runs: list[int] = []
+        execute = judge._execute
+        judge._execute = lambda batch: (runs.append(len(batch)) if batch else None) or execute(batch)  # processes per batch
+        right, wrong = judge.judge([(p, "def double(n):\n    return n + n\n"), (p, "def double(n):\n    return 3 * n\n")])
+        assert (right.passed, wrong.passed) == (True, False) and runs == [2]  # no timeout: one process per task
+        runs.clear()
+        plus_out, base_out = judge.judge([(p, plus_hang), (p, base_hang)])
+    assert (plus_out.base_passed, plus_out.passed) == (True, False)
+    assert plus_out.reason == "time limit: plus input 1 did not return within its limit of 0.1 s", plus_out.reason
+    assert (base_out.base_passed, base_out.passed) == (False, False)
+    assert base_out.reason == "time limit: base input 1 did not return within its limit of 0.1 s", base_out.reason
+    # both runs, both base re-runs (the plus hang keeps its base verdict), then per round one input of
+    # each task still searched: (plus 0, base 0), (plus 1, base 1: both hang); nothing after the input that hung
+    assert runs == [2, 2, 2, 2]
 
 
 def test_reference_times_are_cached_by_the_file_hash(files, tmp_path):
