@@ -179,7 +179,7 @@ def print_time(run_plan: RunPlan, rows: list[dict], events: list[dict]) -> int:
     choice = run_plan.time
     if choice is None:
         print(f"\ntime: not planned: {run_plan.time_problem}")
-        return 2 if "--cluster" in (run_plan.time_problem or "") or "plan.constants" in (run_plan.time_problem or "") else 0
+        return 2 if run_plan.time_input_error else 0
     print()
     print(choice.render())
     if rows:

@@ -102,7 +102,7 @@ def measure_generation(model_dir: Path, adapters: list[Path], dims: ModelDims, r
     one = timed(lambda: engine.generate(batch(1, short, new)), repeats)
     many = timed(lambda: engine.generate(batch(rows, short, new)), repeats)
     prefill = timed(lambda: engine.generate(batch(rows, long_prompt, 1)), repeats)
-    prompt_tokens = sum(len(engine.tokenizer(long_prompt)["input_ids"]) for _ in range(rows))
+    prompt_tokens = rows * len(engine.tokenizer(long_prompt)["input_ids"])
     n = dims.base_params()
     step = one / new
     per_row_token = (many - one) / ((rows - 1) * new)

@@ -31,6 +31,7 @@ class RunPlan:
     memory_problem: str | None = None  # why there is no memory plan (the model's config.json cannot be read)
     time: LayoutChoice | None = None
     time_problem: str | None = None  # why there is no time plan, or why the layout cannot be the described cluster's
+    time_input_error: bool = False  # the problem is bad input (--cluster, plan.constants), not a layout that is too big
 
     def missing_resources(self) -> list[str]:
         """The resource lines ``view`` cannot meet (empty when it fits). A local cluster started here is given as
@@ -74,7 +75,7 @@ def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | N
         described = cluster_of(config, cluster)
         kinds, host_rates = with_overrides(DEVICE_KINDS, HOST, config.plan.constants)
     except (ClusterError, ConstantsError) as exc:
-        plan.time_problem = str(exc)
+        plan.time_problem, plan.time_input_error = str(exc), True
         return plan
     layout = config_layout(config)
     if layout.gpus > described.gpus_per_node:

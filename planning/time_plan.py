@@ -209,8 +209,8 @@ class Workload:
     rollouts: float
     teacher_tokens: dict[int, float]  # member index -> tokens trained
     student_tokens: dict[int, float]
-    prefill_tokens: float  # prompt tokens the engines compute
-    decode_tokens: float  # new tokens
+    propose_tokens: tuple[float, float]  # (prompt tokens the engines compute, new tokens) of the proposals
+    solve_tokens: tuple[float, float]  # the same of the rollouts (a shared prompt computed once with prefix sharing)
     validate_runs: float  # sandbox runs of the proposals (each twice: the determinism check)
     judge_runs: float  # sandbox runs of the answers
 
@@ -238,8 +238,8 @@ def step_workload(config: Any, lengths: Lengths, prefix_sharing: bool) -> Worklo
         rollouts=rollouts,
         teacher_tokens={i: float(per_teacher) for i in range(teachers)},
         student_tokens={j: per_student for j in range(students)},  # single agent: its one adapter (index 0) again
-        prefill_tokens=proposals * lengths.propose_prompt + solve_prompts * lengths.solve_prompt,
-        decode_tokens=proposals * lengths.proposal + rollouts * lengths.answer,
+        propose_tokens=(proposals * lengths.propose_prompt, proposals * lengths.proposal),
+        solve_tokens=(solve_prompts * lengths.solve_prompt, rollouts * lengths.answer),
         validate_runs=proposals * 2 * run_inputs,
         judge_runs=rollouts * judge_inputs,
     )
@@ -300,17 +300,14 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
         decode_rate = peak * gen.decode_mfu.value * (1 - gen.lora_decode_overhead.value) / (2 * n)
         step_latency = n * b / (gen.memory_bandwidth.value * tp)
         max_new = config.inference.max_tokens
-        propose_tokens = (work.proposals * lengths.propose_prompt, work.proposals * lengths.proposal)
-        solve_prompts = work.rollouts / config.tasks.rollouts_k if vllm else work.rollouts
-        solve_tokens = (solve_prompts * lengths.solve_prompt, work.rollouts * lengths.answer)
 
         def generation(prefill: float, decode: float) -> float:
             if not decode:
                 return 0.0
             return prefill / replicas / prefill_rate + decode / replicas / decode_rate + max_new * step_latency
 
-        propose_s = generation(*propose_tokens)
-        solve_s = generation(*solve_tokens)
+        propose_s = generation(*work.propose_tokens)
+        solve_s = generation(*work.solve_tokens)
     phases.append(Phase("propose", "inference", propose_s,
                         f"{work.proposals:.0f} proposals x ({lengths.propose_prompt} prompt + {lengths.proposal} new) "
                         f"tokens on {replicas} replica(s)"))
@@ -359,7 +356,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
             missing.append(f"{kind.name}: sleep_wake_s (colocated switch not planned)")
         phases.append(Phase("switch", "host", wake.value if wake else 0.0, "engines sleep for training and wake after"))
     tokens = {"teacher": sum(work.teacher_tokens.values()), "student": sum(work.student_tokens.values()),
-              "prefill": work.prefill_tokens, "decode": work.decode_tokens}
+              "prefill": work.propose_tokens[0] + work.solve_tokens[0], "decode": work.propose_tokens[1] + work.solve_tokens[1]}
     return TimePlan(cluster, layout, phases, lengths, {k: round(v) for k, v in tokens.items()}, missing)
 
 
