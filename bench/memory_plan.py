@@ -165,7 +165,9 @@ def main() -> None:
                               env=env, cwd=ROOT)
         if proc.returncode != 0:
             log(proc.stderr[-2000:])
-            results.append({"name": name, **conf, "predicted": predicted["total"], "error": proc.stderr[-500:]})
+            # the OOM flag is read from the whole stderr: the kept tail can cut "CUDA out of memory" off
+            results.append({"name": name, **conf, "predicted": predicted["total"], "error": proc.stderr[-500:],
+                            "oom": "out of memory" in proc.stderr.lower()})
             continue
         measured = json.loads(proc.stdout.strip().splitlines()[-1])
         rel = (predicted["total"] - measured["measured"]) / measured["measured"]
@@ -198,7 +200,8 @@ def judge(results: list[dict], capacity: int | None) -> dict:
     measured = [r for r in results if "rel_error" in r]
     baseline = min((r["baseline"] for r in measured), default=0)
     under = [r["name"] for r in measured if r["predicted"] < r["measured"]]
-    expected_oom = [r["name"] for r in results if "error" in r and "out of memory" in r["error"].lower()
+    expected_oom = [r["name"] for r in results if "error" in r
+                    and (r.get("oom") or "out of memory" in r["error"].lower())
                     and capacity is not None and r["predicted"] > capacity - baseline]
     unexpected = [r["name"] for r in results if "error" in r and r["name"] not in expected_oom]
     max_rel = max((abs(r["rel_error"]) for r in measured), default=None)
