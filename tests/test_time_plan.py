@@ -145,16 +145,26 @@ def test_every_shipped_constant_names_its_source():
 
 # ------------------------------------------------------------------------------------------------ the dry run
 
-def _launch(*args: str):
-    import os
-    import subprocess
+@pytest.fixture
+def launch(capsys, monkeypatch):
+    """``launch.py --dry-run ARGS`` in this process (the dry run starts nothing; a subprocess per call cost ~5 s of
+    imports): its exit status and output."""
     import sys
     from pathlib import Path
+    from types import SimpleNamespace
 
-    root = Path(__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return subprocess.run([sys.executable, "launch.py", "--dry-run", *args], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=120)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    import launch as launcher
+
+    def run(*args: str) -> SimpleNamespace:
+        capsys.readouterr()
+        code = launcher.main(["--dry-run", *args])
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+    return run
 
 
 @pytest.fixture
@@ -170,17 +180,17 @@ def qwen7b(tmp_path):
     return ["--config", "configs/qwen2.5-7b-4t4s.yaml", f"model.path={tmp_path}"]
 
 
-def test_dry_run_plans_the_described_node_and_recommends_a_layout(qwen7b):
+def test_dry_run_plans_the_described_node_and_recommends_a_layout(launch, qwen7b):
     """On a machine without GPUs the 7B preset is planned for its 8-GPU node: the configured 4+4 with its phases, every
     layout of the node, and the one closing line; --cluster plans a cluster that is not here."""
     import re
 
-    out = _launch(*qwen7b)
+    out = launch(*qwen7b)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert re.fullmatch(r"time: step ~\d+ s, GPU busy \d+% \(inference \d+%, learners \d+%\), limited by \w+; "
                         r"recommended: 4\+4 \(this layout\)", lines[-1]), lines[-1]  # the preset follows the plan
-    old = _launch(*qwen7b, "resources.inference_gpus=6", "resources.learner_gpus=2")  # the earlier preset's split
+    old = launch(*qwen7b, "resources.inference_gpus=6", "resources.learner_gpus=2")  # the earlier preset's split
     assert re.fullmatch(r"time: step ~\d+ s, GPU busy \d+% \(inference \d+%, learners \d+%\), limited by \w+; "
                         r"recommended: 4\+4 \(~\d+ s, \d+% busy\)", old.stdout.strip().splitlines()[-1])
     table = out.stdout.split("# layouts of 8xH100")[1]
@@ -188,23 +198,23 @@ def test_dry_run_plans_the_described_node_and_recommends_a_layout(qwen7b):
     assert "not runnable yet" in table.split("colocated 8 GPUs")[1].splitlines()[0]
     for phase in ("propose", "validate", "solve", "judge", "train", "handover", "league", "evolve", "checkpoint"):
         assert re.search(rf"^{phase}\s+\w+\s+\d+\.\d\d", out.stdout, re.M), phase
-    two = _launch(*qwen7b, "--cluster", "2x8xH100")
+    two = launch(*qwen7b, "--cluster", "2x8xH100")
     assert two.returncode == 0 and "# layouts of 2x8xH100" in two.stdout and "\n8+8 " in two.stdout
     assert "several nodes is not built" in two.stdout
 
 
-def test_dry_run_refuses_a_layout_larger_than_the_described_node_and_bad_clusters(qwen7b):
-    small = _launch(*qwen7b, "--cluster", "4xH100")
+def test_dry_run_refuses_a_layout_larger_than_the_described_node_and_bad_clusters(launch, qwen7b):
+    small = launch(*qwen7b, "--cluster", "4xH100")
     assert small.returncode == 1
     assert small.stdout.strip().splitlines()[-1].startswith("time: does not fit: layout 4+4 needs 8 GPUs on one node")
-    bad = _launch(*qwen7b, "--cluster", "eight")
+    bad = launch(*qwen7b, "--cluster", "eight")
     assert bad.returncode == 2 and "--cluster 'eight'" in bad.stdout
-    unknown = _launch(*qwen7b, "--cluster", "8xB200")
+    unknown = launch(*qwen7b, "--cluster", "8xB200")
     assert unknown.returncode == 0
     assert unknown.stdout.strip().splitlines()[-1].startswith("time: not fully planned: B200: peak_flops")
 
 
-def test_from_run_replans_with_the_lengths_a_run_recorded(qwen7b, tmp_path):
+def test_from_run_replans_with_the_lengths_a_run_recorded(launch, qwen7b, tmp_path):
     """A run directory written here in the project's own format: two steps with token counts, a checkpoint event."""
     import json
 
@@ -215,13 +225,13 @@ def test_from_run_replans_with_the_lengths_a_run_recorded(qwen7b, tmp_path):
                         "student": {"sequences": 40, "prompt": 8000, "completion": 16000}}} for s in (1, 2, 3)]
     lines = [json.dumps(r) for r in rows] + [json.dumps({"event": "checkpoint", "checkpoint_step": 3, "seconds": 4.0})]
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    out = _launch(*qwen7b, "--from-run", str(run))
+    out = launch(*qwen7b, "--from-run", str(run))
     assert out.returncode == 0, out.stderr
     assert f"lengths from {run} (2 steps)" in out.stdout  # the first step (start-up) is left out
     assert "1,434 rollouts" not in out.stdout and "200 prompt + 400 new" in out.stdout  # student lengths of the run
     assert "# measured in the run (mean of 2 steps): propose 10.00 s, solve 20.00 s, train 32.50 s, checkpoint 2.00 s" in out.stdout
-    missing = _launch(*qwen7b, "--from-run", str(tmp_path / "nowhere"))
+    missing = launch(*qwen7b, "--from-run", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "no metrics.jsonl there" in missing.stderr
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "valid_rate": 0.5}) + "\n")
-    old = _launch(*qwen7b, "--from-run", str(run))
+    old = launch(*qwen7b, "--from-run", str(run))
     assert old.returncode == 2 and "token counts" in old.stderr
