@@ -30,6 +30,22 @@ Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fract
 The phases run in turn (``actors/loop.py``), so the step is their sum and a group's busy fraction is its
 phases' seconds over the step; the critical phase is the longest. Colocated layouts add a sleep/wake of the
 engines per step and give every GPU to each phase.
+
+**Overlapped steps** (``run.max_staleness: 1``, :class:`Overlap`): the engines generate step t+1 (the
+phases of ``actors.loop.generate_rollouts``: league, propose, validate, solve, judge; seconds G) while the
+learners train on step t (T); handover, evolve, checkpoint, evaluate and the colocated switch overlap
+nothing (R). The pipeline drains after checkpoint steps, evolution steps and the last step
+(``actors.loop.drains_after``): the step after a drain generates before it trains, and the last step trains
+alone. Over N steps of which D drain (the last one included) that is N (max(G, T) + R) + D min(G, T), so
+
+    overlapped step = max(G, T) + f min(G, T) + R,   f = D / N (the drained fraction)
+    serial step = G + T + R,   speed-up = serial / overlapped,   bound = 1 + min(G, T) / max(G, T)
+
+(the bound is the speed-up with f = 0 and R = 0: the most overlap can give). A colocated layout cannot
+overlap (engines and learners take the same GPUs in turn): its overlapped step is its serial one.
+
+On CPU the learner processes (teacher, student) run on their own cores unless ``learner_cores`` says how many
+they share: then they time-share them and train = max(busiest learner, all learners' work / learner_cores).
 """
 
 from __future__ import annotations
@@ -127,6 +143,72 @@ class Phase:
     detail: str = ""
 
 
+GENERATION_PHASES = ("league", "propose", "validate", "solve", "judge")  # actors.loop.generate_rollouts
+TRAINING_PHASES = ("train",)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Serial and overlapped steps from the seconds of generation G, training T and the rest R (module docstring):
+    overlapped = max(G, T) + f min(G, T) + R with f the drained fraction of the steps."""
+
+    generation_s: float
+    train_s: float
+    rest_s: float
+    drained_fraction: float
+    possible: bool = True  # False: engines and learners on the same devices (colocated), no overlap
+
+    @classmethod
+    def of(cls, seconds: dict[str, float], drained_fraction: float, possible: bool = True) -> "Overlap":
+        """From a phase -> seconds table (planned or measured, the league's phase named ``league``): G the sum of
+        ``GENERATION_PHASES``, T of ``TRAINING_PHASES``, R of every other phase."""
+        if not 0.0 <= drained_fraction <= 1.0:
+            raise ValueError(f"drained fraction {drained_fraction} is not within [0, 1]")
+        g = sum(seconds.get(p, 0.0) for p in GENERATION_PHASES)
+        t = sum(seconds.get(p, 0.0) for p in TRAINING_PHASES)
+        rest = sum(s for p, s in seconds.items() if p not in GENERATION_PHASES + TRAINING_PHASES)
+        return cls(g, t, rest, drained_fraction, possible)
+
+    @property
+    def serial_step_s(self) -> float:
+        return self.generation_s + self.train_s + self.rest_s
+
+    @property
+    def step_s(self) -> float:
+        if not self.possible:
+            return self.serial_step_s
+        g, t = self.generation_s, self.train_s
+        return max(g, t) + self.drained_fraction * min(g, t) + self.rest_s
+
+    @property
+    def speedup(self) -> float:
+        """Steps per hour overlapped / serial."""
+        return self.serial_step_s / self.step_s if self.step_s else 1.0
+
+    @property
+    def bound(self) -> float:
+        """1 + min(G, T) / max(G, T): the speed-up of a pipeline that never drains and has nothing else to do."""
+        g, t = self.generation_s, self.train_s
+        return 1.0 + min(g, t) / max(g, t) if self.possible and max(g, t) > 0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"generation_s": round(self.generation_s, 3), "train_s": round(self.train_s, 3),
+                "rest_s": round(self.rest_s, 3), "drained_fraction": round(self.drained_fraction, 4),
+                "serial_step_s": round(self.serial_step_s, 3), "overlapped_step_s": round(self.step_s, 3),
+                "overlap_vs_serial": round(self.speedup, 4), "overlap_bound": round(self.bound, 4),
+                "possible": self.possible}
+
+
+def drained_steps(config: Any, steps: int) -> int:
+    """How many of steps 1..``steps`` an overlapped run drains after: checkpoint steps, evolution steps and the
+    last step (the rule of ``actors.loop.drains_after``; tests/test_time_plan_overlap.py holds the two equal)."""
+    if steps < 1:
+        raise ValueError(f"steps {steps} must be at least 1")
+    evolves = config.evolution.enabled
+    return sum(1 for t in range(1, steps + 1)
+               if t == steps or t % config.run.checkpoint_every == 0 or (evolves and t % config.evolution.period == 0))
+
+
 @dataclass
 class TimePlan:
     cluster: Cluster
@@ -135,6 +217,13 @@ class TimePlan:
     lengths: Lengths
     tokens: dict[str, float]
     missing: list[str] = field(default_factory=list)
+    drained_fraction: float = 1.0  # of the config's run.steps, were it overlapped (drained_steps / run.steps)
+    overlapped: bool = False  # the config runs overlapped (run.max_staleness: 1)
+
+    def overlap(self, drained_fraction: float | None = None) -> Overlap:
+        """This plan's steps serial and overlapped (``drained_fraction``: the run's own when None)."""
+        f = self.drained_fraction if drained_fraction is None else drained_fraction
+        return Overlap.of({p.name: p.seconds for p in self.phases}, f, possible=not self.layout.colocated)
 
     @property
     def step_seconds(self) -> float:
@@ -184,9 +273,19 @@ class TimePlan:
             lines.append(f"{p.name:<12}{p.group:<11}{p.seconds:9.2f}  {p.detail}")
         busy = ", ".join(f"{g} busy {f:.0%}" for g, f in self.busy().items())
         lines.append(f"{'step':<23}{self.step_seconds:9.2f}  {self.steps_per_hour:.1f} steps/hour" + (f"; {busy}" if busy else ""))
+        lines.append(self.overlap_line())
         if self.missing:
             lines.append("constants missing: " + "; ".join(self.missing) + " (set plan.constants to plan those phases)")
         return "\n".join(lines)
+
+    def overlap_line(self) -> str:
+        o = self.overlap()
+        if not o.possible:
+            return "overlapped (run.max_staleness 1): not possible on a colocated layout"
+        state = "on" if self.overlapped else "off"
+        return (f"overlapped (run.max_staleness 1, {state} here): step {o.step_s:.2f} s = max(G {o.generation_s:.2f}, "
+                f"T {o.train_s:.2f}) + {o.drained_fraction:.2f} x min + R {o.rest_s:.2f}; {3600 / o.step_s:.1f} steps/hour, "
+                f"{o.speedup:.2f}x serial (bound {o.bound:.2f}x)")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -194,7 +293,7 @@ class TimePlan:
             "steps_per_hour": round(self.steps_per_hour, 2), "gpu_busy": round(self.gpu_busy(), 4),
             "busy": {g: round(f, 4) for g, f in self.busy().items()}, "critical": self.critical().name,
             "phases": {p.name: round(p.seconds, 4) for p in self.phases}, "tokens": self.tokens,
-            "lengths": self.lengths.__dict__, "missing": self.missing,
+            "lengths": self.lengths.__dict__, "missing": self.missing, "overlap": self.overlap().to_dict(),
         }
 
 
@@ -268,8 +367,12 @@ def _learner_tokens(work: Workload, shards: int, on_gpus: bool) -> list[float]:
 
 def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, lengths: Lengths,
               kinds: dict[str, DeviceKind] | None = None, host: HostConstants | None = None,
-              checkpointing: bool = True) -> TimePlan:
-    """The time plan of ``config`` under ``layout`` on ``cluster`` (module docstring for every term)."""
+              checkpointing: bool = True, learner_cores: float | None = None) -> TimePlan:
+    """The time plan of ``config`` under ``layout`` on ``cluster`` (module docstring for every term).
+
+    ``learner_cores``: on CPU, the cores the learner processes share (None: one each)."""
+    if learner_cores is not None and learner_cores <= 0:
+        raise ValueError(f"learner_cores {learner_cores} must be positive")
     kinds = kinds or DEVICE_KINDS
     host = host or HOST
     kind = kinds.get(cluster.kind if cluster.gpus else "cpu")
@@ -325,9 +428,14 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
     per_shard = _learner_tokens(work, shards, cluster.gpus > 0)
     flops = _flops_per_trained_token(config, dims, checkpointing)
     train_s = 0.0
+    busiest = max(per_shard)
+    if not cluster.gpus and learner_cores is not None:
+        busiest = max(busiest, sum(per_shard) / learner_cores)  # the processes time-share their cores
     if train is not None:
-        train_s = max(per_shard) * flops / (train.peak_flops.value * train.train_mfu.value)
+        train_s = busiest * flops / (train.peak_flops.value * train.train_mfu.value)
     where = f"{shards} learner GPU(s)" if cluster.gpus else "the teacher and student learner processes"
+    if not cluster.gpus and learner_cores is not None:
+        where += f" on {learner_cores:g} core(s)"
     phases.append(Phase("train", "learners", train_s,
                         f"{work.trained_tokens:,.0f} tokens over {where}, busiest {max(per_shard):,.0f}"))
 
@@ -357,7 +465,9 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
         phases.append(Phase("switch", "host", wake.value if wake else 0.0, "engines sleep for training and wake after"))
     tokens = {"teacher": sum(work.teacher_tokens.values()), "student": sum(work.student_tokens.values()),
               "prefill": work.propose_tokens[0] + work.solve_tokens[0], "decode": work.propose_tokens[1] + work.solve_tokens[1]}
-    return TimePlan(cluster, layout, phases, lengths, {k: round(v) for k, v in tokens.items()}, missing)
+    steps = config.run.steps
+    return TimePlan(cluster, layout, phases, lengths, {k: round(v) for k, v in tokens.items()}, missing,
+                    drained_steps(config, steps) / steps, config.run.max_staleness == 1)
 
 
 def candidate_layouts(cluster: Cluster, tp: int) -> list[Layout]:
@@ -448,6 +558,8 @@ class LayoutChoice:
             line = f"time: step ~{cur.step_seconds:.0f} s on CPU, limited by {cur.critical().name}"
         else:
             line = f"time: {cur.summary()}"
+        if cur.overlapped:
+            line += f" (overlapped: ~{cur.overlap().step_s:.0f} s, {cur.overlap().speedup:.2f}x serial)"
         rec = self.recommended
         if rec is None:
             return line + "; recommended: none (no other layout fits and runs)"
@@ -492,6 +604,7 @@ def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengt
     return LayoutChoice(current, candidates, recommended)
 
 
-__all__ = ["Cluster", "ClusterError", "Layout", "LayoutChoice", "Lengths", "Phase", "RunRecordError", "Sourced", "TimePlan",
-           "Workload", "candidate_layouts", "choose_layout", "cluster_of", "config_layout", "lengths_from_config",
-           "lengths_from_run", "measured_phase_seconds", "plan_time", "step_workload"]
+__all__ = ["GENERATION_PHASES", "TRAINING_PHASES", "Cluster", "ClusterError", "Layout", "LayoutChoice", "Lengths",
+           "Overlap", "Phase", "RunRecordError", "Sourced", "TimePlan", "Workload", "candidate_layouts", "choose_layout",
+           "cluster_of", "config_layout", "drained_steps", "lengths_from_config", "lengths_from_run",
+           "measured_phase_seconds", "plan_time", "step_workload"]
