@@ -148,7 +148,8 @@ def reference(ray_session, tmp_path_factory):
     return final_state(run_dir)
 
 
-@pytest.mark.parametrize("kind", ["learner-teacher", "learner-student", "inference", "league", "verifier-0"])
+# learner-student is killed by the second-fault test below (a LearnerActor like the teachers'; one run fewer in CI)
+@pytest.mark.parametrize("kind", ["learner-teacher", "inference", "league", "verifier-0"])
 def test_an_actor_killed_mid_run_is_recovered_and_nothing_is_lost(kind, reference, tmp_path, capfd):
     before = shm_entries()
     run_dir = tmp_path / "run"

@@ -236,7 +236,7 @@ def test_report_states_how_each_run_stopped(tmp_path):
 
 @pytest.fixture(scope="module")
 def real_runs(tmp_path_factory) -> tuple[Path, Path]:
-    """A 4-step population run and a 4-step single-agent run on the tiny test model."""
+    """A 3-step population run and a 3-step single-agent run on the tiny test model."""
     from tinycoder import ensure_model
 
     ensure_model("test", progress=False)
@@ -245,7 +245,7 @@ def real_runs(tmp_path_factory) -> tuple[Path, Path]:
     for name, config in (("population", "configs/tiny.yaml"), ("single", "configs/tiny-single.yaml")):
         overrides = [o for o in SHORT if not o.startswith("evolution.")] if "single" in config else SHORT
         out = subprocess.run([sys.executable, "launch.py", "--config", config, "--run-dir", str(root / name),
-                              "--steps", "4", *overrides], cwd=ROOT, env=launch_env(), capture_output=True, text=True,
+                              "--steps", "3", *overrides], cwd=ROOT, env=launch_env(), capture_output=True, text=True,
                              timeout=900)
         assert out.returncode == 0, out.stderr[-3000:]
         runs.append(root / name)
@@ -261,7 +261,7 @@ def test_report_on_real_population_and_single_agent_runs(real_runs):
     plots = pop / "plots"
     check_figures([Path(p) for p in out.stdout.split()], plots, compared=True)
     pop_rows, single_rows = read_rows(pop), read_rows(single)
-    assert [r["step"] for r in pop_rows] == [1, 2, 3, 4] and {m["role"] for m in single_rows[0]["members"]} == {"agent"}
+    assert [r["step"] for r in pop_rows] == [1, 2, 3] and {m["role"] for m in single_rows[0]["members"]} == {"agent"}
     parsed = check_summary(plots, [("population", pop_rows), ("single", single_rows)])
     assert len(parsed["compare.png"]) == 16  # eight metrics, two runs
     assert len(parsed["ratings.png"]) == len({m["id"] for r in pop_rows for m in r["members"]})

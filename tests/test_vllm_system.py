@@ -45,18 +45,18 @@ def test_vllm_runs_the_loop_like_transformers_and_resumes(tiny_model, tmp_path):
     runs = {}
     for backend in ("vllm", "hf"):
         run_dir = tmp_path / backend
-        done = launch("--run-dir", str(run_dir), "--steps", "3", *GREEDY, f"inference.backend={backend}")
+        done = launch("--run-dir", str(run_dir), "--steps", "2", *GREEDY, f"inference.backend={backend}")
         assert done.returncode == 0, done.stderr[-3000:]
         runs[backend] = untimed_rows(run_dir)
-    assert [r["step"] for r in runs["vllm"]] == [1, 2, 3]
+    assert [r["step"] for r in runs["vllm"]] == [1, 2]
     assert runs["vllm"][1]["evolution"], "evolution is due at step 2 (period 2)"
     assert runs["vllm"] == runs["hf"]
 
-    # Resuming the vLLM run from its step-2 checkpoint (after the evolution event; the run keeps the last two)
-    # recomputes step 3 identically.
+    # Resuming the vLLM run from its step-1 checkpoint (the run keeps the last two) recomputes step 2 identically,
+    # the evolution event included.
     replay_dir = tmp_path / "replay"
     shutil.copytree(tmp_path / "vllm", replay_dir)
-    (replay_dir / "checkpoints" / "latest").write_text("step-2")
+    (replay_dir / "checkpoints" / "latest").write_text("step-1")
     replay = launch("--resume", str(replay_dir), "--steps", "1")
     assert replay.returncode == 0, replay.stderr[-3000:]
     assert untimed_rows(replay_dir) == runs["vllm"]
