@@ -88,12 +88,17 @@ def gpu_memory_bytes() -> int | None:
     return min(mib) * 2**20 if mib else None
 
 
+def local_gpus() -> int:
+    """GPUs ``nvidia-smi -L`` lists on this machine (0 without it)."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    return sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
+
+
 def local_cluster_view() -> ClusterView:
     """What a local cluster started here would offer (CPUs, visible GPUs and their memory), without starting one."""
-    gpus = 0
-    if shutil.which("nvidia-smi"):
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
-        gpus = sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
+    gpus = local_gpus()
     cpus = float(os.cpu_count() or 1)
     node = {"CPU": cpus, "GPU": float(gpus)}
     return ClusterView(total=dict(node), nodes=[node], source="this machine (no cluster running; a local one would be started)",
@@ -121,11 +126,12 @@ def cluster_view(address: str | None) -> ClusterView:
 
 
 def host_view() -> HostView:
-    """This machine's RAM and the size of /dev/shm (where the learners' shared base goes)."""
+    """This machine's RAM and the size of /dev/shm (where the learners' shared base goes); whether it has GPUs (then
+    its RAM is the GPU node's, which holds the sleeping engines' weights of a colocated layout)."""
     shm = Path("/dev/shm")
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return HostView(ram_bytes=ram, shm_bytes=shutil.disk_usage(shm).total if shm.is_dir() else ram,
-                    shm_path=str(shm) if shm.is_dir() else "temp dir")
+                    shm_path=str(shm) if shm.is_dir() else "temp dir", gpu_node=local_gpus() > 0)
 
 
 def plan(config: Config, cluster: str | None = None, lengths: Lengths | None = None) -> RunPlan:

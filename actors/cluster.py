@@ -173,7 +173,8 @@ def actor_options(plan: PlacementPlan, actor: ActorPlan, learner_groups: dict[in
     """``.options(...)`` for one planned actor: its name, resources and restart policy (Ray restarts only verifiers).
 
     Verifiers request the custom resource only when some node carries it (else the head's CPUs).
-    Learners that share a GPU are put in one placement-group bundle so they land on the same GPU.
+    Actors that share a GPU (a learner pair; colocated, its engine replica too) are put in one placement-group
+    bundle so they land on the same GPU.
     """
     options: dict[str, Any] = {
         "name": actor.name,
@@ -187,10 +188,10 @@ def actor_options(plan: PlacementPlan, actor: ActorPlan, learner_groups: dict[in
     }
     if actor.role == "verifier" and verifier_nodes(plan.verifier_resource):
         options["resources"] = dict(actor.resources)
-    if actor.role.startswith("learner") and actor.gpu_ids:
+    if plan.shares_gpu(actor):
         group = learner_groups.get(actor.gpu_ids[0])
         if group is None:
-            group = placement_group([{"GPU": 1.0, "CPU": 2 * actor.num_cpus}], strategy="STRICT_PACK")
+            group = placement_group([plan.gpu_bundle(actor.gpu_ids[0])], strategy="STRICT_PACK")
             ray.get(group.ready())
             learner_groups[actor.gpu_ids[0]] = group
         options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0)

@@ -288,7 +288,8 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
     recovery = Recovery(config, plan, model_path, run)
     system, _ = recovery.start(checkpoint)
     terminal.say(f"actors up: {', '.join(a.name for a in plan.actors if a.role != 'verifier')} "
-                 f"+ {config.verifier.actors} verifiers; inference backend: {system.backend}")
+                 f"+ {config.verifier.actors} verifiers; inference backend: {system.backend}"
+                 + (f"; colocated, engine sleep mode {system.sleep_mode}" if config.resources.colocated else ""))
     if checkpoint is not None:
         terminal.say(f"resumed from {checkpoint}: league state equal to the saved one; continuing at step {start_step}")
 

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 @ray.remote(max_restarts=0)  # stateful: the driver recovers it from a checkpoint (actors.driver)
 class InferenceActor:
     def __init__(self, backend: str, model_path: str, max_adapters: int, max_lora_rank: int, dtype: str,
-                 max_model_len: int, engine_args: dict[str, Any], seed: int, target_modules: tuple[str, ...]):
+                 max_model_len: int, engine_args: dict[str, Any], seed: int, target_modules: tuple[str, ...],
+                 sleep_mode: bool = False):
         from actors.cluster import route_actor_output
 
         route_actor_output("inference")  # engine processes inherit it
@@ -42,7 +43,7 @@ class InferenceActor:
         hf_options = {"target_modules": tuple(target_modules)} if backend != "vllm" else {}
         self.engine = make_engine(backend, model_path, max_adapters=max_adapters, max_lora_rank=max_lora_rank,
                                   dtype=dtype, engine_args=engine_args or None, max_model_len=max_model_len,
-                                  seed=seed, **hf_options)
+                                  seed=seed, sleep_mode=sleep_mode, **hf_options)
         self._tmp = Path(tempfile.mkdtemp(prefix="populora-incoming-", dir=ram_backed_root()))  # the store's file system
 
     def __repr__(self) -> str:
@@ -64,6 +65,17 @@ class InferenceActor:
 
     def remove_adapter(self, name: str) -> None:
         self.engine.remove_adapter(name)
+
+    def sleep(self) -> bool:
+        """Free the engine's GPU memory for the learners (colocated); False where it has no sleep mode."""
+        return self.engine.sleep()
+
+    def wake_up(self) -> bool:
+        return self.engine.wake_up()
+
+    def sleep_mode(self) -> str:
+        """How the engine sleeps, or why it does not."""
+        return self.engine.sleep_mode
 
     def adapters(self) -> dict[str, int]:
         return self.engine.adapters()

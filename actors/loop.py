@@ -2,7 +2,8 @@
 
 Each phase's seconds go to the step's row (``phase_seconds``): match, propose, validate, solve (generation),
 judge (the verifiers on the answers), record (the league's outcomes), train, handover (new adapter versions to
-the engines), evolve; the driver adds evaluate, and logs each checkpoint's seconds as an event.
+the engines), evolve; the driver adds evaluate, and logs each checkpoint's seconds as an event. Colocated
+(``resources.colocated``): the engines sleep before the update and wake after it, both counted as ``switch``.
 
 Serial (``run.max_staleness: 0``): every phase of step t uses the adapter versions published at the end of
 step t-1, and the update of step t trains on samples drawn by exactly those versions (the engine reports the
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
 
 
 class PhaseTimer:
+    """Seconds per phase; a phase timed twice adds up (the colocated ``switch``: sleep before the update, wake after)."""
+
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
 
@@ -70,7 +73,7 @@ class PhaseTimer:
     def __call__(self, phase: str) -> Iterator[None]:
         start = time.perf_counter()
         yield
-        self.seconds[phase] = round(time.perf_counter() - start, 4)
+        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + time.perf_counter() - start, 4)
 
 
 def drains_after(config: Config, step: int, last_step: int) -> bool:
@@ -154,11 +157,18 @@ def run_step(system: "System", step: int, prompts: StepPrompts, ahead: Rollouts 
     now = ahead if ahead is not None else generate_rollouts(system, step, prompts)
     timer = PhaseTimer()
     timer.seconds.update(now.seconds)
+    colocated = system.config.resources.colocated
+    if colocated:
+        with timer("switch"):
+            system.sleep_engines()
     with timer("train"):  # the learners train while, overlapped, the engines generate the next step
         training = system.start_training(now.samples)
         members = ray.get(system.league.members.remote())
         upcoming = generate_rollouts(system, step + 1, prompts) if overlap else None
         train_stats = system.finish_training(training)
+    if colocated:
+        with timer("switch"):
+            system.wake_engines()
     with timer("handover"):
         system.publish_adapters()
     with timer("evolve"):

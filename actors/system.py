@@ -6,6 +6,12 @@ Members are LoRA adapters named by id (``t0``, ``s0``, ...; ``a0`` for the singl
 league owns the registry, each learner owns the trainable copies of its role's members, the engine
 serves the published versions.
 
+Colocated (``resources.colocated``): every GPU holds an engine replica and a learner pair, which take it in
+turn. The engines start alone on their GPUs (vLLM sizes its KV cache from the memory free at start-up) and go
+to sleep before the learners start; ``sleep_engines`` frees their memory before every update and
+``wake_engines`` (after the learners return their cached blocks) takes it back before the engines are used
+again; every engine call wakes them first. Where an engine has no sleep mode (CPU) these calls change nothing.
+
 No silent state: the driver keeps the member -> learner table (``owners``, read from the learners at
 start and after a restore, moved on evolution); a sample of a member no learner owns is an error. After
 every publish each engine replica's adapter versions must equal the learners' (``check_versions``).
@@ -103,6 +109,8 @@ class System:
     owners: dict[str, int] = field(default_factory=dict)  # member -> index into ``flat_learners``
     _learner_groups: dict[int, Any] = field(default_factory=dict)
     _scratch: list[tuple[str, list[str]]] = field(default_factory=list)  # (node, RAM-backed dirs) of the engines
+    sleep_mode: str = ""  # colocated: how the engines sleep while the learners train, or why they do not
+    asleep: bool = False  # colocated: the engines sleep (the learners have their GPUs)
 
     # start / stop ------------------------------------------------------------------------------
     @classmethod
@@ -121,10 +129,15 @@ class System:
                     cfg.inference.backend, model_path, max_adapters=len(members), max_lora_rank=cfg.lora.rank,
                     dtype=cfg.model.dtype, max_model_len=cfg.model.max_seq_len, engine_args=cfg.inference.vllm_engine_args,
                     seed=cfg.run.seed, target_modules=tuple(cfg.lora.target_modules),
+                    sleep_mode=cfg.resources.colocated,
                 )
                 for replica in plan.by_role("inference")
             ]
             made["inference"] = inference
+            sleep_mode, asleep = "", False
+            if cfg.resources.colocated:  # the engines start alone on their GPUs, then sleep before the learners start
+                sleep_mode = ray.get(inference[0].sleep_mode.remote())
+                asleep = any(ray.get([replica.sleep.remote() for replica in inference]))
             learners: dict[str, list[Any]] = {}
             handles: dict[int, Any] = {}  # learner GPU -> CUDA IPC handle of its base copy
             for actor in plan.actors:
@@ -163,7 +176,8 @@ class System:
             backend = ray.get(inference[0].backend.remote())
             ray.get([l.ready.remote() for shards in learners.values() for l in shards] + [league.ready.remote()])
             system = cls(cfg, plan, inference, learners, VerifierCalls(VerifierPool(verifier_actors)), league, backend,
-                         _learner_groups=groups, _scratch=ray.get([r.scratch.remote() for r in inference]))
+                         _learner_groups=groups, _scratch=ray.get([r.scratch.remote() for r in inference]),
+                         sleep_mode=sleep_mode, asleep=asleep)
             system.read_owners()
             return system
         except BaseException:  # close the engines and verifiers that still answer (their RAM-backed files)
@@ -234,10 +248,24 @@ class System:
         digest = hashlib.sha256(f"{self.config.run.seed}/{step}/{phase}/{index}".encode()).digest()
         return int.from_bytes(digest[:4], "little") * 64 % (2**31 - 64)
 
+    def sleep_engines(self) -> None:
+        """Colocated: the engines free their GPU memory for the learners' update (no-op otherwise, or where the
+        engines have no sleep mode)."""
+        if self.config.resources.colocated and not self.asleep:
+            self.asleep = any(ray.get([replica.sleep.remote() for replica in self.inference]))
+
+    def wake_engines(self) -> None:
+        """Colocated: the learners return their cached blocks, then the engines take their memory back."""
+        if self.asleep:
+            ray.get([l.release_memory.remote() for l in self.flat_learners])
+            ray.get([replica.wake_up.remote() for replica in self.inference])
+            self.asleep = False
+
     def generate(self, requests: list[GenerationRequest]) -> list[list[Any]]:
         """Generations per request, in order; the batch is split evenly over the engine replicas."""
         if not requests:
             return []
+        self.wake_engines()
         size = -(-len(requests) // len(self.inference))
         calls = [replica.generate.remote(requests[i * size:(i + 1) * size])
                  for i, replica in enumerate(self.inference) if requests[i * size:(i + 1) * size]]
@@ -282,6 +310,7 @@ class System:
         versions are checked against the learners' (``check_versions``).
         """
         flat = self.flat_learners
+        self.wake_engines()
         exports = ray.get([l.export.remote(members, self.config.model.dtype) for l in flat])
         loads = []
         for exported in exports:
@@ -316,6 +345,7 @@ class System:
             ray.get(self.learner_of(selection.victim).replace.remote(selection.victim, event["child"], child_state))
             self.owners[event["child"]] = self.owners.pop(selection.victim)
             self.versions.pop(selection.victim, None)
+            self.wake_engines()
             ray.get([replica.remove_adapter.remote(selection.victim) for replica in self.inference])
             self.publish_adapters(members=[event["child"]])
             events.append(event)

@@ -63,13 +63,18 @@ def loss_tokens(tokens: int, slots: int) -> int:
     return sum(n - int(n * PROMPT_FRACTION) for n in row_lengths(tokens, slots))
 
 
+def shape_of(slots: int, tokens: int, checkpointing: bool, chunk: int, dtype_bytes: int, device: str) -> LearnerShape:
+    """The plan's learner shape of one configuration of this bench: one micro-batch, so gradients do not accumulate."""
+    return LearnerShape(slots=slots, rank=RANK, targets=TARGETS, dtype_bytes=dtype_bytes, micro_batch_tokens=tokens,
+                        max_seq_len=tokens // slots, checkpointing=checkpointing, logit_chunk_tokens=chunk,
+                        loss_tokens=loss_tokens(tokens, slots), device=device, accumulating=False)
+
+
 def predict(layers: int, slots: int, tokens: int, checkpointing: bool, chunk: int, dtype_bytes: int,
             device: str = "cpu") -> dict[str, int]:
-    """The plan's prediction for one configuration of this bench: one micro-batch, so gradients do not accumulate."""
+    """The plan's prediction for one configuration of this bench."""
     dims = ModelDims.from_config_json(qwen25_7b.config_json(layers))
-    shape = LearnerShape(slots=slots, rank=RANK, targets=TARGETS, dtype_bytes=dtype_bytes, micro_batch_tokens=tokens,
-                         max_seq_len=tokens // slots, checkpointing=checkpointing, logit_chunk_tokens=chunk,
-                         loss_tokens=loss_tokens(tokens, slots), device=device, accumulating=False)
+    shape = shape_of(slots, tokens, checkpointing, chunk, dtype_bytes, device)
     total = step_peak_bytes(dims, shape)
     grads = 4 * lora_params(dims, RANK, TARGETS) * slots
     return {"gradients": grads, "activations": total - grads, "total": total}
@@ -82,8 +87,8 @@ def _status_kib(key: str) -> int:
     raise RuntimeError(f"{key} not in /proc/self/status")
 
 
-def run_one(spec: dict) -> dict:
-    """In this (fresh) process: build, warm up, measure one step's peak over its baseline."""
+def build(spec: dict) -> tuple:
+    """The 7B-shaped learner of ``spec`` and its one micro-batch of samples: (learner, samples, device)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -114,6 +119,14 @@ def run_one(spec: dict) -> dict:
         ids = torch.randint(1, qwen25_7b.CONFIG["vocab_size"], (n,), generator=g).tolist()
         p = int(n * PROMPT_FRACTION)
         samples.append(Sample(slot, ids[:p], ids[p:], reward=float(slot % 2) * 2 - 1, group=("solve", "code_o")))
+    return learner, samples, device
+
+
+def run_one(spec: dict) -> dict:
+    """In this (fresh) process: build, warm up, measure one step's peak over its baseline."""
+    import torch
+
+    learner, samples, device = build(spec)
     learner.step(samples)  # warm-up: AdamW's moments are created here and stay
     if device.type == "cuda":
         torch.cuda.synchronize()

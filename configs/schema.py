@@ -293,6 +293,13 @@ class ResourcesConfig(Section):
         description="Memory of each GPU for the memory plan, in GiB (an 80 GB A100/H100 has ~80). Unset: what the "
         "cluster's GPUs report (nvidia-smi), else 80.",
     )
+    colocated: bool = Field(
+        False,
+        description="Every GPU holds an inference replica and a learner pair, the phases taking the GPUs in turn: the "
+        "engines sleep while the learners train (vLLM's sleep mode, CUDA only; docs/memory.md). Needs "
+        "resources.inference_gpus == resources.learner_gpus and resources.tensor_parallel_size 1. On CPU the engine "
+        "and the learners share the cores in turn anyway (no sleep mode there).",
+    )
 
     @model_validator(mode="after")
     def _tp_divides(self) -> "ResourcesConfig":
@@ -300,6 +307,17 @@ class ResourcesConfig(Section):
             raise ValueError(
                 f"resources.inference_gpus={self.inference_gpus} is not a multiple of "
                 f"resources.tensor_parallel_size={self.tensor_parallel_size}"
+            )
+        if self.colocated and self.inference_gpus != self.learner_gpus:
+            raise ValueError(
+                f"resources.colocated=true puts an inference replica and a learner pair on every GPU: "
+                f"resources.inference_gpus={self.inference_gpus} and resources.learner_gpus={self.learner_gpus} "
+                "must be equal"
+            )
+        if self.colocated and self.tensor_parallel_size != 1:
+            raise ValueError(
+                f"resources.colocated=true with resources.tensor_parallel_size={self.tensor_parallel_size}: a colocated "
+                "replica lives on its one GPU beside that GPU's learners (tensor parallelism across them is not built)"
             )
         return self
 
@@ -347,7 +365,8 @@ class PlanConfig(Section):
     )
     nodes: int = Field(1, ge=1, le=1024, description="Nodes of the described cluster (the dry run's --cluster overrides).")
     gpus_per_node: int = Field(
-        0, ge=0, le=64, description="GPUs per node (0: resources.inference_gpus + resources.learner_gpus on one node)."
+        0, ge=0, le=64, description="GPUs per node (0: resources.inference_gpus + resources.learner_gpus on one node; "
+        "colocated: resources.inference_gpus)."
     )
     propose_prompt_tokens: int = Field(1024, ge=1, le=262_144, description="Expected tokens of a teacher's prompt.")
     proposal_tokens: int = Field(512, ge=1, le=262_144, description="Expected new tokens of a proposal.")
@@ -381,9 +400,16 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _overlap_is_possible(self) -> "Config":
-        """``run.max_staleness: 1`` needs the importance correction and generation and training on separate devices."""
+        """``run.max_staleness: 1`` needs the importance correction and generation and training on separate devices
+        (so not the colocated layout)."""
         if not self.run.max_staleness:
             return self
+        if self.resources.colocated:
+            raise ValueError(
+                "run.max_staleness=1 generates while the learners train; resources.colocated=true runs the two in turn "
+                "on the same GPUs (the engines sleep while the learners train): set run.max_staleness=0 or "
+                "resources.colocated=false"
+            )
         if self.rl.importance_correction == "off":
             raise ValueError(
                 "run.max_staleness=1 trains on samples drawn one update behind: it needs rl.importance_correction='tis' "

@@ -111,6 +111,8 @@ class EngineBase:
     """Request checks, tokenization, the adapter registry and call serialization."""
 
     backend = "base"
+    sleep_mode = "off: only vLLM on CUDA has a sleep mode; this engine keeps its memory between phases"
+    """How :meth:`sleep` frees memory, or why it does not (the driver says it when the layout is colocated)."""
 
     def __init__(self, tokenizer: Any, max_model_len: int, max_adapters: int, max_lora_rank: int) -> None:
         if max_adapters < 1:
@@ -125,11 +127,13 @@ class EngineBase:
         self._loaded: dict[str, LoadedAdapter] = {}
         self._next_lora_id = 1
         self._lock = threading.RLock()
+        self.asleep = False
 
     # -- public API ---------------------------------------------------------------------------
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[list[Generation]]:
         with self._lock:
+            self._check_awake("generate")
             prepared = [self._prepare(i, r) for i, r in enumerate(requests)]
             runnable = [p for p in prepared if p.rejected is None]
             outputs = iter(self._generate(runnable) if runnable else [])
@@ -145,6 +149,7 @@ class EngineBase:
         source = Path(path)
         spec = read_adapter_spec(source, self.max_lora_rank)
         with self._lock:
+            self._check_awake(f"load adapter {name!r}")
             previous = self._loaded.get(name)
             if previous is None and len(self._loaded) >= self.max_adapters:
                 raise AdapterLoadError(
@@ -167,6 +172,7 @@ class EngineBase:
 
     def remove_adapter(self, name: str) -> None:
         with self._lock:
+            self._check_awake(f"remove adapter {name!r}")
             entry = self._loaded.get(name)
             if entry is None:
                 raise UnknownAdapterError(f"cannot remove adapter {name!r}: not loaded (loaded: {sorted(self._loaded)})")
@@ -180,6 +186,28 @@ class EngineBase:
 
     def close(self) -> None:
         self.store.close()
+
+    def sleep(self) -> bool:
+        """Free this engine's device memory while the learners of its GPU train (the colocated layout); the
+        adapters stay registered. False where the engine has no sleep mode and keeps its memory."""
+        with self._lock:
+            if self.asleep or not self._sleep():
+                return False
+            self.asleep = True
+            return True
+
+    def wake_up(self) -> bool:
+        """Take the memory back (before generating or loading adapters again); False where nothing slept."""
+        with self._lock:
+            if not self.asleep:
+                return False
+            self._wake_up()
+            self.asleep = False
+            return True
+
+    def _check_awake(self, what: str) -> None:
+        if self.asleep:
+            raise RuntimeError(f"cannot {what}: the {self.backend} engine is asleep (wake_up first)")
 
     def __enter__(self) -> "EngineBase":
         return self
@@ -196,6 +224,13 @@ class EngineBase:
         raise NotImplementedError
 
     def _uninstall(self, entry: LoadedAdapter) -> None:
+        raise NotImplementedError
+
+    def _sleep(self) -> bool:
+        """Release device memory; False when this engine has no sleep mode (the default)."""
+        return False
+
+    def _wake_up(self) -> None:
         raise NotImplementedError
 
     # -- shared helpers -----------------------------------------------------------------------

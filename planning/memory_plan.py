@@ -65,6 +65,25 @@ buffers ``max_loras x max_lora_rank x sum (d_in + d_out) x L x b``, the forward 
 ``max_num_batched_tokens`` and the sampler's logits, CUDA graphs; what remains must hold the KV cache of
 ``max_num_seqs`` sequences of ``max_model_len`` tokens, ``2 x kv_heads x d x b x L`` bytes per token.
 
+**Colocated GPU** (``resources.colocated``: replica g and learner pair g on GPU g, taking it in turn), three rows:
+
+- ``GPU g engine``: the replica's vLLM budget, as above;
+- ``GPU g generating`` (the engine awake): the engine's whole budget ``gpu_memory_utilization`` x capacity (vLLM
+  fills it with KV cache) and its CUDA context, beside what the learners keep between updates
+  (:func:`learner_resident_bytes`): the base, each learner's adapters and AdamW moments (12 P per slot), its CUDA
+  context, and the cached blocks its release cannot return. The optimizer step sets the gradients to None and the
+  learners empty their caching allocators before the engine wakes (``LearnerActor.release_memory``), but a
+  segment that holds any live block stays reserved: measured, :data:`RELEASE_RETAINED_FRACTION` of the step's
+  transient bytes;
+- ``GPU g training`` (the engine asleep): the learners' row above plus what a sleeping engine keeps. vLLM's sleep
+  level 1 (vLLM 0.32: ``CuMemBackend.suspend``, ``CuMemAllocator.sleep``) copies the weights and LoRA slot
+  buffers to pinned host memory, frees the KV cache and workspace and empties the caching allocator; the CUDA
+  context and the CUDA graphs (unless ``enforce_eager``) stay.
+
+The pinned copies (weights + LoRA slots of every replica of a node) are a ``host RAM`` row, checked where this
+machine is the GPU node (``HostView.gpu_node``) and reported otherwise. vLLM's sleep mode is CUDA only: on CPU the
+engine keeps its memory, and the host row says so.
+
 **Host**: the shared base file in ``/dev/shm`` (its size is checked), and on CPU-only runs the learners and
 the inference engine in RAM.
 """
@@ -72,6 +91,7 @@ the inference engine in RAM.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +115,14 @@ LAYER_BACKWARD_FACTOR = {"cpu": 1.0, "cuda": 1.25}
 """Factor on one decoder layer's backward (recompute + workspace) per device kind. CUDA: fitted to the H100
 measurements of 2026-11-25 (``tests/fixtures/memory_measured.json``): the derived term was 9% (4,096 tokens)
 and 21% (16,384) under the measured checkpointed peaks; CPU: the derivation stands (measured within 4%)."""
+RELEASE_RETAINED_FRACTION = 0.45
+"""CUDA: of a learner step's transient bytes (``step_peak_bytes``), the fraction its caching allocator still reserves
+after ``gc.collect(); torch.cuda.empty_cache()`` (``LearnerActor.release_memory``): a segment holding any live block
+cannot be returned. Measured by ``bench/colocated_memory.py`` on an H200 on 2026-11-26
+(``tests/fixtures/colocated_measured.json``): 0.28 (4 layers of Qwen2.5-7B's widths, 8,192 tokens) and 0.44
+(28 layers, 16,384 tokens). With ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` it was 0.05 and 0.09; the
+learners do not set it, because they share the base through CUDA IPC, which expandable segments change (not
+checked)."""
 ALLOCATOR_MARGIN = {"cpu": 1.02, "cuda": 1.02}
 """Factor on a learner step's transient bytes: without it the derivation lands within 0.1% of three CUDA peaks,
 and a plan must never be under one."""
@@ -278,6 +306,16 @@ def learner_peak(dims: ModelDims, shape: LearnerShape) -> int:
     return sum(learner_components(dims, shape).values())
 
 
+def learner_resident_bytes(dims: ModelDims, shape: LearnerShape) -> dict[str, int]:
+    """What one CUDA learner keeps on its GPU between updates once it has released its cache (the base excluded):
+    its adapters and AdamW moments, and the cached blocks the release cannot return
+    (:data:`RELEASE_RETAINED_FRACTION` of its step's transient bytes)."""
+    state = "adapters (fp32 weights, AdamW moments)"
+    return {state: learner_components(dims, shape)[state],
+            "cached blocks its release keeps (measured share of its step)":
+                int(RELEASE_RETAINED_FRACTION * step_peak_bytes(dims, shape))}
+
+
 # -------------------------------------------------------------------------------------------- inference
 
 
@@ -298,6 +336,7 @@ class DeviceRow:
     items: dict[str, int] = field(default_factory=dict)
     note: str = ""
     knob: str = ""  # what to change when it does not fit
+    checked: bool = True  # False: reported only (the capacity is not that of the machine that will hold it)
 
     @property
     def need(self) -> int:
@@ -317,16 +356,16 @@ class MemoryPlan:
 
     @property
     def fits(self) -> bool:
-        return all(row.headroom >= 0 for row in self.rows)
+        return all(row.headroom >= 0 for row in self.rows if row.checked)
 
     def verdict(self) -> str:
         """The one closing line: ``memory: fits (...)`` or ``memory: does not fit: ...`` naming the knob."""
         if self.fits:
-            row = min(self.rows, key=lambda r: r.headroom)
+            row = min((r for r in self.rows if r.checked), key=lambda r: r.headroom)
             return f"memory: fits (smallest headroom {row.headroom / GiB:.1f} GiB on {row.device})"
         groups: dict[str, list[str]] = {}  # identical devices (the replicas, the learner GPUs) share one message
         for r in self.rows:
-            if r.headroom < 0:
+            if r.checked and r.headroom < 0:
                 groups.setdefault(f"needs {r.need / GiB:.1f} GiB of {r.capacity / GiB:.1f} GiB: {r.knob}", []).append(r.device)
         return "memory: does not fit: " + "; ".join(f"{', '.join(devices)} {message}" for message, devices in groups.items())
 
@@ -346,7 +385,7 @@ class MemoryPlan:
             "capacity_source": self.capacity_source,
             "activation_checkpointing": self.activation_checkpointing,
             "devices": [{"device": r.device, "capacity": r.capacity, "need": r.need, "headroom": r.headroom,
-                         "items": r.items, "note": r.note} for r in self.rows],
+                         "items": r.items, "note": r.note, "checked": r.checked} for r in self.rows],
         }
 
 
@@ -357,6 +396,7 @@ class HostView:
     ram_bytes: int
     shm_bytes: int
     shm_path: str = "/dev/shm"
+    gpu_node: bool = False  # this machine holds the plan's GPUs (its RAM takes the sleeping engines' weights)
 
 
 def _members_per_shard(config: Config, role: str, shards: int, shard: int) -> int:
@@ -377,33 +417,88 @@ def _learner_shape(config: Config, slots: int, checkpointing: bool, micro_batch_
     )
 
 
-def _learner_rows(config: Config, dims: ModelDims, placement: PlacementPlan, checkpointing: bool,
-                  gpu_bytes: int, micro_batch_tokens: int | None = None) -> list[DeviceRow]:
-    base = dims.base_params() * DTYPE_BYTES[config.model.dtype]
-    rows: dict[int, DeviceRow] = {}
+def _gpu_learners(config: Config, placement: PlacementPlan) -> dict[int, list[tuple[str, int]]]:
+    """GPU -> (learner name, adapter slots it owns) of every learner on a GPU."""
+    out: dict[int, list[tuple[str, int]]] = {}
     for actor in placement.actors:
         if not actor.role.startswith("learner") or not actor.gpu_ids:
             continue
-        gpu = actor.gpu_ids[0]
-        role = actor.role.removeprefix("learner-")
         shard = int(actor.name.rsplit("-", 1)[1]) if actor.name.count("-") == 2 else 0
-        slots = _members_per_shard(config, role, placement.learner_shards, shard)
-        row = rows.get(gpu)
-        if row is None:
-            row = rows[gpu] = DeviceRow(
-                f"GPU {gpu}", gpu_bytes, {"frozen base (one copy, shared)": base}, note="learners",
-                knob="lower rl.micro_batch_tokens" + ("" if checkpointing else ", set rl.activation_checkpointing=on")
-                     + ", lower rl.logit_chunk_tokens, or raise resources.learner_gpus",
-            )
-        shape = _learner_shape(config, slots, checkpointing, micro_batch_tokens)
-        for name, nbytes in learner_components(dims, shape).items():
-            row.items[f"{actor.name}: {name}"] = nbytes
-        row.items[f"{actor.name}: CUDA context"] = CUDA_CONTEXT_BYTES
-        row.note = f"learners ({', '.join(n.split(':')[0] for n in row.items if n.endswith('CUDA context'))})"
-    return list(rows.values())
+        slots = _members_per_shard(config, actor.role.removeprefix("learner-"), placement.learner_shards, shard)
+        out.setdefault(actor.gpu_ids[0], []).append((actor.name, slots))
+    return out
 
 
-def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int) -> list[DeviceRow]:
+def _engine_on(placement: PlacementPlan, gpu: int) -> str:
+    return next(a.name for a in placement.by_role("inference") if gpu in a.gpu_ids)
+
+
+def _learner_rows(config: Config, dims: ModelDims, placement: PlacementPlan, checkpointing: bool,
+                  gpu_bytes: int, micro_batch_tokens: int | None = None) -> list[DeviceRow]:
+    """The learner GPUs at the learners' peak; colocated (``GPU g training``) with the sleeping engine beside them."""
+    base = dims.base_params() * DTYPE_BYTES[config.model.dtype]
+    rows = []
+    for gpu, learners in _gpu_learners(config, placement).items():
+        row = DeviceRow(
+            f"GPU {gpu}", gpu_bytes, {"frozen base (one copy, shared)": base},
+            knob="lower rl.micro_batch_tokens" + ("" if checkpointing else ", set rl.activation_checkpointing=on")
+                 + ", lower rl.logit_chunk_tokens, or raise resources.learner_gpus",
+        )
+        for name, slots in learners:
+            shape = _learner_shape(config, slots, checkpointing, micro_batch_tokens)
+            for part, nbytes in learner_components(dims, shape).items():
+                row.items[f"{name}: {part}"] = nbytes
+            row.items[f"{name}: CUDA context"] = CUDA_CONTEXT_BYTES
+        row.note = f"learners ({', '.join(name for name, _ in learners)})"
+        if placement.colocated:
+            engine = _engine_on(placement, gpu)
+            row.device += " training"
+            row.items[f"{engine}: asleep (its CUDA context{'' if _eager(config) else ' and CUDA graphs'} stay)"] = (
+                _engine_asleep_bytes(config))
+            row.note += f" training, {engine} asleep"
+        rows.append(row)
+    return rows
+
+
+def _eager(config: Config) -> bool:
+    return bool(config.inference.vllm_engine_args.get("enforce_eager", False))
+
+
+def _engine_asleep_bytes(config: Config) -> int:
+    """What a vLLM engine keeps on its GPU in sleep level 1 (module docstring): its CUDA context and, unless
+    ``enforce_eager``, its CUDA graphs."""
+    return CUDA_CONTEXT_BYTES + (0 if _eager(config) else CUDA_GRAPHS_BYTES)
+
+
+def _colocated_generating_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int,
+                               checkpointing: bool) -> list[DeviceRow]:
+    """Colocated GPUs while the engine generates: its whole budget and CUDA context beside the learners' resident
+    state (module docstring)."""
+    util = _engine_budget(config, dims, gpu_bytes)[1]
+    base = dims.base_params() * DTYPE_BYTES[config.model.dtype]
+    rows = []
+    for gpu, learners in _gpu_learners(config, placement).items():
+        engine = _engine_on(placement, gpu)
+        items = {f"{engine}: awake, its vLLM budget ({util:g} x capacity, KV cache included)": int(util * gpu_bytes),
+                 f"{engine}: CUDA context": CUDA_CONTEXT_BYTES,
+                 "frozen base (one copy, shared)": base}
+        for name, slots in learners:
+            for part, nbytes in learner_resident_bytes(dims, _learner_shape(config, slots, checkpointing)).items():
+                items[f"{name}: {part}"] = nbytes
+            items[f"{name}: CUDA context"] = CUDA_CONTEXT_BYTES
+        resident = sum(items.values()) - int(util * gpu_bytes)
+        most = math.floor(100 * (gpu_bytes - resident) / gpu_bytes) / 100
+        rows.append(DeviceRow(
+            f"GPU {gpu} generating", gpu_bytes, items,
+            note=f"{engine} awake; learners between updates (gradients freed, cache released)",
+            knob=f"lower inference.vllm_engine_args.gpu_memory_utilization to at most {most:.2f} (the learners keep "
+                 f"{resident / GiB:.1f} GiB here while the engine is awake)",
+        ))
+    return rows
+
+
+def _engine_budget(config: Config, dims: ModelDims, gpu_bytes: int) -> tuple[dict[str, int], float, str]:
+    """One vLLM replica's items, its budget fraction, and the knob naming how many sequences fit ``gpu_bytes``."""
     args = config.inference.vllm_engine_args
     b = DTYPE_BYTES[config.model.dtype]
     tp = config.resources.tensor_parallel_size
@@ -429,15 +524,21 @@ def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, g
         items["CUDA graphs"] = CUDA_GRAPHS_BYTES
     fixed = sum(v for k, v in items.items() if not k.startswith("KV cache"))
     fit_seqs = max(0, int((util * gpu_bytes - fixed) // (max_len * kv_token / tp)))
+    knob = (f"lower inference.vllm_engine_args.max_num_seqs (at most {fit_seqs} sequences of {max_len} tokens fit) "
+            "or model.max_seq_len, or raise inference.vllm_engine_args.gpu_memory_utilization")
+    return items, util, knob
+
+
+def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int) -> list[DeviceRow]:
+    items, util, knob = _engine_budget(config, dims, gpu_bytes)
     rows = []
     for actor in placement.by_role("inference"):
         if not actor.gpu_ids:
             continue
         rows.append(DeviceRow(
-            f"GPU {actor.gpu_ids[0]}" + (f"-{actor.gpu_ids[-1]}" if len(actor.gpu_ids) > 1 else ""),
-            int(util * gpu_bytes), dict(items), note=f"{actor.name} (vLLM budget: {util:g} x capacity)",
-            knob=f"lower inference.vllm_engine_args.max_num_seqs (at most {fit_seqs} sequences of {max_len} tokens fit) "
-                 "or model.max_seq_len, or raise inference.vllm_engine_args.gpu_memory_utilization",
+            f"GPU {actor.gpu_ids[0]}" + (f"-{actor.gpu_ids[-1]}" if len(actor.gpu_ids) > 1 else "")
+            + (" engine" if placement.colocated else ""),
+            int(util * gpu_bytes), dict(items), note=f"{actor.name} (vLLM budget: {util:g} x capacity)", knob=knob,
         ))
     return rows
 
@@ -447,7 +548,8 @@ def _host_row(config: Config, dims: ModelDims, placement: PlacementPlan, host: H
     b = DTYPE_BYTES[config.model.dtype]
     base = dims.base_params() * b
     cpu_learners = [a for a in placement.actors if a.role.startswith("learner") and not a.gpu_ids]
-    if not cpu_learners and not any(not a.gpu_ids for a in placement.by_role("inference")):
+    cpu_engines = [a for a in placement.by_role("inference") if not a.gpu_ids]
+    if not cpu_learners and not cpu_engines:
         return DeviceRow(f"host {host.shm_path}", host.shm_bytes, {"shared base file (learners map it)": base},
                          note="RAM-backed", knob=f"enlarge {host.shm_path} (docker run --shm-size) to hold the base")
     items = {f"shared base in {host.shm_path}": base}
@@ -456,11 +558,27 @@ def _host_row(config: Config, dims: ModelDims, placement: PlacementPlan, host: H
         slots = _members_per_shard(config, role, placement.learner_shards, 0)
         for name, nbytes in learner_components(dims, _learner_shape(config, slots, checkpointing, device="cpu")).items():
             items[f"{actor.name}: {name}"] = nbytes
-    for actor in placement.by_role("inference"):
-        if not actor.gpu_ids:
-            items[f"{actor.name}: weights (its own copy)"] = base
-    return DeviceRow("host RAM", host.ram_bytes, items, note=f"{host.shm_path} holds {host.shm_bytes / GiB:.1f} GiB",
+    for actor in cpu_engines:
+        items[f"{actor.name}: weights (its own copy)"] = base
+    note = f"{host.shm_path} holds {host.shm_bytes / GiB:.1f} GiB"
+    if config.resources.colocated:
+        note += "; colocated on CPU: no sleep mode (vLLM's is CUDA only), the engine keeps its memory"
+    return DeviceRow("host RAM", host.ram_bytes, items, note=note,
                      knob="lower rl.micro_batch_tokens or run on a machine with more memory")
+
+
+def _pinned_row(config: Config, dims: ModelDims, placement: PlacementPlan, host: HostView) -> DeviceRow:
+    """Colocated GPUs: the sleeping engines' weights and LoRA slots in pinned host RAM (module docstring)."""
+    items = _engine_budget(config, dims, host.ram_bytes)[0]
+    pinned = sum(v for k, v in items.items() if k == "weights" or k.startswith("LoRA slots"))
+    row = DeviceRow("host RAM", host.ram_bytes,
+                    {f"{a.name}: weights + LoRA slots, pinned while asleep": pinned for a in placement.by_role("inference")},
+                    note="vLLM sleep level 1 copies each engine's weights here", checked=host.gpu_node,
+                    knob="run on a GPU node with more RAM (vLLM's sleep level 1 backs the weights up in pinned memory)")
+    row.items[f"shared base file in {host.shm_path} (RAM-backed)"] = dims.base_params() * DTYPE_BYTES[config.model.dtype]
+    if not row.checked:
+        row.note += "; not checked: this machine is not the GPU node (that node's RAM must hold it)"
+    return row
 
 
 def plan_memory(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int, host: HostView,
@@ -473,8 +591,13 @@ def plan_memory(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_b
         )
     rows = _inference_rows(config, dims, placement, gpu_bytes)
     rows += _learner_rows(config, dims, placement, checkpointing, gpu_bytes)
-    rows.sort(key=lambda r: int(r.device.split()[1].split("-")[0]))
+    if placement.colocated:
+        rows += _colocated_generating_rows(config, dims, placement, gpu_bytes, checkpointing)
+    moments = {"engine": 0, "generating": 1, "training": 2}  # a colocated GPU's rows in the order of a step
+    rows.sort(key=lambda r: (int(r.device.split()[1].split("-")[0]), moments.get(r.device.split()[-1], 0)))
     rows.append(_host_row(config, dims, placement, host, checkpointing))
+    if placement.colocated:
+        rows.append(_pinned_row(config, dims, placement, host))
     plan = MemoryPlan(rows, capacity_source, checkpointing)
     plan.max_micro_batch_tokens = max_micro_batch_tokens(config, dims, placement, gpu_bytes, checkpointing)
     if plan.max_micro_batch_tokens is not None:
@@ -513,6 +636,7 @@ def with_resolved_checkpointing(config: Config, plan: MemoryPlan) -> Config:
 
 __all__ = [
     "ALLOCATOR_MARGIN", "HostView", "LAYER_BACKWARD_FACTOR", "LearnerShape", "MemoryPlan", "ModelDims", "PlanInputError",
-    "kv_bytes_per_token", "layer_saved_bytes", "learner_components", "learner_peak", "step_peak_bytes", "load_model_dims", "lora_params", "plan_memory",
+    "RELEASE_RETAINED_FRACTION", "kv_bytes_per_token", "layer_saved_bytes", "learner_components", "learner_peak",
+    "learner_resident_bytes", "step_peak_bytes", "load_model_dims", "lora_params", "plan_memory",
     "with_resolved_checkpointing",
 ]

@@ -3,6 +3,9 @@
 Pure planning (no Ray import): ``launch.py --dry-run`` prints it, and the system creates its actors
 from it. On one node the GPUs are laid out in order: inference replicas first, then the learner
 GPUs; on each learner GPU the teacher and the student learner share one base copy (0.5 GPU each).
+Colocated (``resources.colocated``): GPU g holds inference replica g (0.5 of it) and learner pair g
+(0.25 each); the fractions only make Ray put the three on one GPU, whose memory they share in turn
+(``planning.memory_plan``), and each GPU is one placement-group bundle holding all of them.
 Verifiers ask for the custom resource that marks CPU worker nodes; where no node has it they fall
 back to the head's CPUs.
 """
@@ -43,9 +46,19 @@ class PlacementPlan:
     actors: list[ActorPlan]
     verifier_resource: str
     learner_shards: int
+    colocated: bool = False  # every GPU holds an engine replica and a learner pair (resources.colocated)
 
     def by_role(self, role: str) -> list[ActorPlan]:
         return [a for a in self.actors if a.role == role]
+
+    def shares_gpu(self, actor: ActorPlan) -> bool:
+        """Whether ``actor`` shares its GPU with others (a learner pair; colocated, the engine too), so that they
+        must land in one placement-group bundle (:meth:`gpu_bundle`)."""
+        return bool(actor.gpu_ids) and (actor.role.startswith("learner") or self.colocated)
+
+    def gpu_bundle(self, gpu: int) -> dict[str, float]:
+        """The placement-group bundle of GPU ``gpu``: the whole GPU and the CPUs of every actor placed on it."""
+        return {"GPU": 1.0, "CPU": sum(a.num_cpus for a in self.actors if gpu in a.gpu_ids)}
 
     def totals(self, verifier_on_workers: bool = True) -> dict[str, float]:
         """Resources the plan reserves (verifiers counted on their resource when workers carry it)."""
@@ -116,6 +129,11 @@ class PlacementPlan:
         return "\n".join(rows)
 
 
+COLOCATED_ENGINE_SHARE = 0.5
+"""Ray's GPU share of a colocated engine replica; its GPU's learners take the rest (a logical split that puts
+them on one GPU, not a memory split)."""
+
+
 def learner_shard_names(role: str, shards: int) -> list[str]:
     """``learner-<role>`` for one shard, ``learner-<role>-<g>`` for one per learner GPU.
 
@@ -128,6 +146,8 @@ def plan_placement(config: Config) -> PlacementPlan:
     """Lay out the actors of ``config`` (see the module docstring for the rules)."""
     res = config.resources
     actors: list[ActorPlan] = []
+    colocated = res.colocated and bool(res.inference_gpus)
+    roles = ("agent",) if config.population.single_agent else ("teacher", "student")
 
     replicas = max(1, res.inference_gpus // res.tensor_parallel_size) if res.inference_gpus else 1
     gpu = 0
@@ -137,17 +157,21 @@ def plan_placement(config: Config) -> PlacementPlan:
             ids = tuple(range(gpu, gpu + res.tensor_parallel_size))
             gpu += res.tensor_parallel_size
             note = f"vLLM engine, tensor_parallel_size={res.tensor_parallel_size}, every adapter"
-            actors.append(ActorPlan(name, "inference", res.inference_cpus, float(len(ids)), gpu_ids=ids, note=note))
+            share = float(len(ids))
+            if colocated:
+                share, note = COLOCATED_ENGINE_SHARE, "vLLM engine, every adapter; sleeps while this GPU's learners train"
+            actors.append(ActorPlan(name, "inference", res.inference_cpus, share, gpu_ids=ids, note=note))
         else:
             actors.append(ActorPlan(name, "inference", res.inference_cpus, note=f"{config.inference.backend} backend on CPU"))
 
     shards = max(1, res.learner_gpus)
-    roles = ("agent",) if config.population.single_agent else ("teacher", "student")
+    first_learner_gpu = 0 if colocated else gpu  # colocated: learner pair g beside replica g
+    learner_share = (1.0 - COLOCATED_ENGINE_SHARE) if colocated else 1.0
     for shard in range(shards):
-        gpu_ids = (gpu + shard,) if res.learner_gpus else ()
+        gpu_ids = (first_learner_gpu + shard,) if res.learner_gpus else ()
         for role in roles:
             name = learner_shard_names(role, shards)[shard]
-            share = (0.5 if len(roles) == 2 else 1.0) if res.learner_gpus else 0.0
+            share = learner_share / len(roles) if res.learner_gpus else 0.0
             note = "shares this GPU's base copy (CUDA IPC)" if res.learner_gpus else "shares the base in shared memory"
             if role == "agent":
                 note = "the single agent's adapter (proposes and solves)"
@@ -164,4 +188,4 @@ def plan_placement(config: Config) -> PlacementPlan:
             )
         )
     actors.append(ActorPlan("league", "league", 0.0, note="ratings, PFSP, buffers, evolution, lineage"))
-    return PlacementPlan(actors, config.verifier.resource, shards)
+    return PlacementPlan(actors, config.verifier.resource, shards, colocated=colocated)

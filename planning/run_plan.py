@@ -89,7 +89,8 @@ def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | N
 
     def unfit(candidate: Layout) -> str | None:
         resized = config.model_copy(update={"resources": config.resources.model_copy(
-            update={"inference_gpus": candidate.inference, "learner_gpus": candidate.learners})})
+            update={"inference_gpus": candidate.inference, "learner_gpus": candidate.learners,
+                    "colocated": candidate.colocated})})
         memory = plan_memory(resized, dims, plan_placement(resized), capacity, host, "the described GPUs", checkpointing)
         return None if memory.fits else memory.verdict()
 

@@ -47,7 +47,7 @@ class DeviceKind:
     prefill_mfu: Sourced | None = None
     decode_mfu: Sourced | None = None  # aggregate decode at full batch, without adapters
     lora_decode_overhead: Sourced | None = None  # fraction of decode throughput lost to multi-LoRA
-    sleep_wake_s: Sourced | None = None  # vLLM sleep(level 1) + wake_up of a 7B engine (colocated layouts)
+    sleep_wake_s: Sourced | None = None  # vLLM sleep(level 1) + wake_up of a 7B engine with LoRA (colocated layouts)
 
     def missing(self, names: tuple[str, ...]) -> list[str]:
         return [n for n in names if getattr(self, n) is None]
@@ -79,8 +79,9 @@ H100 = DeviceKind(
                                "Tokens Flowing', citing a DatabaseMart benchmark): 2 N x 6,300 / peak"),
     lora_decode_overhead=Sourced(0.34, "vLLM PR #11267: Llama-2-7B on an A100, 2,694 -> 1,788 output tokens/s with "
                                         "rank-8 adapters (V0 engine)"),
-    sleep_wake_s=Sourced(3.0, "vLLM docs and blog 'Zero-Reload Model Switching': level-1 wake 0.26-0.82 s for small "
-                               "models, 'a few seconds' for large ones"),
+    sleep_wake_s=Sourced(12.8, "vLLM PR #48337 (comment of 2026-07-15): Qwen3-8B with LoRA on an A100, sleep level 1 "
+                                "10.57 s (the weights copied to pinned host memory) + wake 2.19 s; the host copy, not "
+                                "the GPU, sets it"),
 )
 A100 = DeviceKind(
     name="A100",

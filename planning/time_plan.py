@@ -28,8 +28,9 @@ Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fract
   (every ``eval.every`` steps: each benchmark problem decoded by every member and the base).
 
 The phases run in turn (``actors/loop.py``), so the step is their sum and a group's busy fraction is its
-phases' seconds over the step; the critical phase is the longest. Colocated layouts add a sleep/wake of the
-engines per step and give every GPU to each phase.
+phases' seconds over the step; the critical phase is the longest. Colocated layouts (``resources.colocated``)
+give every GPU to each phase and add one ``switch`` per step: the engines sleep before the update and wake
+after it (``sleep_wake_s``).
 
 **Overlapped steps** (``run.max_staleness: 1``, :class:`Overlap`): the engines generate step t+1 (the
 phases of ``actors.loop.generate_rollouts``: league, propose, validate, solve, judge; seconds G) while the
@@ -530,14 +531,20 @@ def cluster_of(config: Any, described: str | None = None) -> Cluster:
     """The cluster to plan for: ``--cluster`` when given, else the config's ``plan`` block and GPU counts."""
     if described:
         return Cluster.parse(described)
-    res, plan = config.resources, config.plan
-    gpus = plan.gpus_per_node or res.inference_gpus + res.learner_gpus
+    plan = config.plan
+    gpus = plan.gpus_per_node or config_layout(config).gpus  # colocated: the engines' GPUs hold the learners too
     return Cluster(plan.nodes, gpus, plan.gpu_kind)
 
 
 def config_layout(config: Any) -> Layout:
     res = config.resources
-    return Layout(res.inference_gpus, res.learner_gpus, res.tensor_parallel_size)
+    return Layout(res.inference_gpus, res.learner_gpus, res.tensor_parallel_size, colocated=res.colocated)
+
+
+COLOCATED_NOT_RUN = ("built, not yet run on a GPU (vLLM's sleep mode beside the learners): try it with "
+                     "resources.colocated=true")
+"""Why the plan does not yet recommend a colocated layout that fits: its CUDA path (engines sleeping while their
+GPU's learners train) has run only on CPU, where vLLM has no sleep mode. None once a GPU run has checked it."""
 
 
 @dataclass
@@ -583,21 +590,22 @@ def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengt
     """Plan the configured layout and every candidate of ``cluster``; recommend the fastest that runs.
 
     ``unfit(layout)`` says why a layout does not fit memory (None when it fits: the memory plan's verdict). A
-    colocated layout and one wider than a node are planned but not runnable yet (said so in the table)."""
+    layout wider than a node is planned but not runnable yet, and a colocated one that fits is not recommended
+    while :data:`COLOCATED_NOT_RUN` stands (each said so in the table)."""
     current = plan_time(config, dims, config_layout(config) if cluster.gpus else Layout(0, 0), cluster, lengths,
                         kinds, host, checkpointing)
     candidates = []
     for layout in candidate_layouts(cluster, config.resources.tensor_parallel_size):
         plan = plan_time(config, dims, layout, cluster, lengths, kinds, host, checkpointing)
         why = None
-        if layout.colocated:
-            why = "not runnable yet: engines and learners on one GPU are not built"
+        if layout.colocated and layout.tp > 1:
+            why = "not runnable yet: a colocated replica with tensor parallelism is not built"
         elif layout.gpus > cluster.gpus_per_node:
             why = "not runnable yet: one population across several nodes is not built"
         elif plan.missing:
             why = "constants missing: " + "; ".join(plan.missing)
         else:
-            why = unfit(layout)
+            why = unfit(layout) or (COLOCATED_NOT_RUN if layout.colocated else None)
         candidates.append((plan, why))
     runnable = [plan for plan, why in candidates if why is None]
     recommended = min(runnable, key=lambda p: p.step_seconds) if runnable else None

@@ -195,7 +195,8 @@ def test_dry_run_plans_the_described_node_and_recommends_a_layout(launch, qwen7b
                         r"recommended: 4\+4 \(~\d+ s, \d+% busy\)", old.stdout.strip().splitlines()[-1])
     table = out.stdout.split("# layouts of 8xH100")[1]
     assert all(f"\n{i}+{8 - i} " in table for i in range(1, 8)) and "colocated 8 GPUs" in table
-    assert "not runnable yet" in table.split("colocated 8 GPUs")[1].splitlines()[0]
+    colocated = table.split("colocated 8 GPUs")[1].splitlines()[0]  # the preset's engine budget leaves the learners no room
+    assert "memory: does not fit" in colocated and "gpu_memory_utilization to at most" in colocated
     for phase in ("propose", "validate", "solve", "judge", "train", "handover", "league", "evolve", "checkpoint"):
         assert re.search(rf"^{phase}\s+\w+\s+\d+\.\d\d", out.stdout, re.M), phase
     two = launch(*qwen7b, "--cluster", "2x8xH100")
