@@ -4,7 +4,9 @@ The frozen base is mapped from the machine's shared copy (``learners.shared_base
 ``/dev/shm`` that every learner process maps without a private copy); on a GPU the first learner of
 that GPU copies it into one CUDA buffer and the other maps that buffer through a CUDA IPC handle.
 It is then wrapped with one LoRA slot per owned member. Members are addressed by id; the slot table maps ids to slots, and evolution
-re-labels the victim's slot with the child's id.
+re-labels the victim's slot with the child's id. With ``rl.data_parallel`` every learner of a role is a replica
+holding all the role's members (same slot table, same seed): :meth:`LearnerActor.share`, ``share_gradients`` and
+``apply_gradients`` run one step split across the replicas (``actors.system.train_replicas``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class LearnerActor:
         self.advantage_baseline = rl["advantage_baseline"]
         self.importance_correction = rl["importance_correction"]
         self.versions = {member: 0 for member in members}
+        self._step: tuple[Any, dict[str, dict[str, float]]] | None = None  # a data-parallel share in progress
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.base_dir = base_dir = materialise_base(model_path, getattr(torch, dtype))
         self.base_owner = None
@@ -110,14 +113,55 @@ class LearnerActor:
         sample whose log-probs are missing or misaligned is dropped and counted (``rollouts.learner_samples``:
         ``dropped_behaviour``, ``behind``); a member left with no sample is not updated.
         """
+        batch, extra = self._learner_batch(samples)
+        return self._member_stats(self.learner.step(batch) if batch else {}, extra)
+
+    def share(self, samples: list[Any], index: int, shares: int) -> dict[str, dict[str, float]]:
+        """Data parallel (``rl.data_parallel``): start replica ``index``'s share of a step split over ``shares``
+        replicas of this role's members. ``samples`` are ALL the role's samples of the step (one object-store
+        copy for every replica); each replica converts them as :meth:`train` does, and takes its share of one
+        split with the whole step's targets (``PolicyLearner.share_of``). The no-grad passes run now; then per
+        epoch :meth:`share_gradients` and :meth:`apply_gradients`. Returns {} (the stats come with the last apply)."""
+        batch, extra = self._learner_batch(samples)
+        self._step = (self.learner.share_of(batch, index, shares), extra)
+        return {}
+
+    def share_gradients(self) -> Any:
+        """One epoch of this replica's share: its per-slot gradients (flat float32 on the CPU) and the statistics'
+        sums, a ``learners.data_parallel.SlotGradients`` that Ray puts into the object store once."""
+        return self._pending_share()[0].gradients()
+
+    def apply_gradients(self, *parts: Any) -> dict[str, dict[str, float]]:
+        """Sum every replica's :meth:`share_gradients` of this epoch (``parts`` in replica order, so every replica
+        adds the same bits) and step with the sum. After the last epoch: per-member stats (as :meth:`train`'s,
+        the same on every replica); before it: {}."""
+        from learners.data_parallel import sum_gradients
+
+        share, extra = self._pending_share()
+        stats = self.learner.apply_gradients(sum_gradients(parts))
+        if share.epochs_left:
+            return {}
+        self._step = None
+        return self._member_stats(stats, extra)
+
+    def _pending_share(self) -> tuple[Any, dict[str, dict[str, float]]]:
+        if self._step is None:
+            raise RuntimeError(f"{self!r}: no data-parallel share is in progress (share() was not called or failed)")
+        return self._step
+
+    def _learner_batch(self, samples: list[Any]) -> tuple[list[Any], dict[str, dict[str, float]]]:
+        """``samples`` as the learner's, with the members' extra statistics (``rollouts.learner_samples``);
+        a sample of a member this learner does not own is an error."""
         from rollouts import learner_samples
 
         unowned = sorted({s.member for s in samples} - set(self.slots))
         if unowned:
             raise ValueError(f"{self!r} got samples of {unowned}, members it does not own (it owns {sorted(self.slots)}): "
                              "the driver's member table and the learners disagree")
-        batch, extra = learner_samples(samples, self.slots, self.versions, self.advantage_baseline, self.importance_correction)
-        stats = self.learner.step(batch) if batch else {}
+        return learner_samples(samples, self.slots, self.versions, self.advantage_baseline, self.importance_correction)
+
+    def _member_stats(self, stats: dict[int, dict[str, float]], extra: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        """Per-slot stats of an update as per-member stats with the extras; each stepped member's version + 1."""
         by_slot = {slot: member for member, slot in self.slots.items()}
         for slot in stats:
             self.versions[by_slot[slot]] += 1

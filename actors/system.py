@@ -13,7 +13,10 @@ to sleep before the learners start; ``sleep_engines`` frees their memory before 
 again; every engine call wakes them first. Where an engine has no sleep mode (CPU) these calls change nothing.
 
 No silent state: the driver keeps the member -> learner table (``owners``, read from the learners at
-start and after a restore, moved on evolution); a sample of a member no learner owns is an error. After
+start and after a restore, moved on evolution); a sample of a member no learner owns is an error.
+With ``rl.data_parallel`` every learner of a role holds a replica of each of the role's members (same slot
+table, same seed): a step is split across them (:func:`train_replicas`), evolution and restores go to
+every replica, and one replica (the role's first learner) exports and checkpoints them. After
 every publish each engine replica's adapter versions must equal the learners' (``check_versions``).
 Stateful actors are never restarted by Ray (``max_restarts=0``): when one dies the driver stops them all
 and starts a new ``System`` from the latest checkpoint (``actors.driver``).
@@ -106,7 +109,9 @@ class System:
     backend: str
     coverage: Coverage = field(default_factory=Coverage)
     versions: dict[str, int] = field(default_factory=dict)
-    owners: dict[str, int] = field(default_factory=dict)  # member -> index into ``flat_learners``
+    # member -> indices into ``flat_learners`` of the learners holding it: one, or with rl.data_parallel every
+    # learner of its role (identical replicas); the first exports it and writes it into checkpoints
+    owners: dict[str, list[int]] = field(default_factory=dict)
     _learner_groups: dict[int, Any] = field(default_factory=dict)
     _scratch: list[tuple[str, list[str]]] = field(default_factory=list)  # (node, RAM-backed dirs) of the engines
     sleep_mode: str = ""  # colocated: how the engines sleep while the learners train, or why they do not
@@ -145,12 +150,14 @@ class System:
                     continue
                 role = actor.role.removeprefix("learner-")
                 shard = len(learners.get(role, []))
-                owned = [m for i, (m, r) in enumerate(x for x in members if x[1] == role) if i % plan.learner_shards == shard]
+                owned = [m for i, (m, r) in enumerate(x for x in members if x[1] == role)
+                         if cfg.rl.data_parallel or i % plan.learner_shards == shard]  # replicas hold every member
                 rl = cfg.rl.model_dump()
                 if role == "teacher" and cfg.rl.teacher_learning_rate is not None:
                     rl["learning_rate"] = cfg.rl.teacher_learning_rate
                 learner = LearnerActor.options(**actor_options(plan, actor, groups)).remote(
-                    model_path, owned, cfg.lora.model_dump(), rl, cfg.model.dtype, cfg.run.seed + shard,
+                    model_path, owned, cfg.lora.model_dump(), rl, cfg.model.dtype,
+                    cfg.run.seed + (0 if cfg.rl.data_parallel else shard),  # replicas start identical
                     cuda_base=handles.get(actor.gpu_ids[0]) if actor.gpu_ids else None,
                     # train the policy the rollouts are sampled from; greedy decoding (T = 0) trains T = 1
                     temperature=cfg.inference.temperature if cfg.inference.temperature > 0 else 1.0,
@@ -274,12 +281,21 @@ class System:
     # learners ----------------------------------------------------------------------------------
     def read_owners(self) -> None:
         """Ask every learner which members it owns (at start and after a restore)."""
-        self.owners = {m: i for i, mine in enumerate(ray.get([l.members.remote() for l in self.flat_learners])) for m in mine}
+        self.owners = {}
+        for i, mine in enumerate(ray.get([l.members.remote() for l in self.flat_learners])):
+            for member in mine:
+                self.owners.setdefault(member, []).append(i)
 
     def learner_of(self, member: str) -> Any:
+        """The learner that exports ``member`` (its only one, or its first replica)."""
+        return self.replicas_of(member)[0]
+
+    def replicas_of(self, member: str) -> list[Any]:
+        """Every learner holding ``member``: one, or with ``rl.data_parallel`` every learner of its role."""
         if member not in self.owners:
             raise KeyError(f"no learner owns member {member!r} (owned: {sorted(self.owners)})")
-        return self.flat_learners[self.owners[member]]
+        flat = self.flat_learners
+        return [flat[i] for i in self.owners[member]]
 
     def train(self, samples: list[Sample]) -> dict[str, Any]:
         """Every learner trains all its members present in ``samples`` in one pass; returns per-member stats.
@@ -288,17 +304,32 @@ class System:
         return self.finish_training(self.start_training(samples))
 
     def start_training(self, samples: list[Sample]) -> list[ray.ObjectRef]:
-        """Send each learner its members' samples and return at once (the update runs in the learners)."""
+        """Send the samples to the learners holding their members and return at once (the update runs in the
+        learners): each learner its own members', or with ``rl.data_parallel`` each role's replicas the role's
+        (:func:`train_replicas`)."""
         unowned = sorted({s.member for s in samples} - set(self.owners))
         if unowned:
             raise RuntimeError(f"samples of {unowned}, members no learner owns (learners own {sorted(self.owners)})")
-        return [l.train.remote([s for s in samples if self.owners[s.member] == i]) for i, l in enumerate(self.flat_learners)]
+        by_holders: dict[tuple[int, ...], list[Sample]] = {}
+        for s in samples:
+            by_holders.setdefault(tuple(self.owners[s.member]), []).append(s)
+        flat, calls = self.flat_learners, []
+        for holders, mine in by_holders.items():
+            if len(holders) == 1:
+                calls.append(flat[holders[0]].train.remote(mine))
+            else:
+                calls += train_replicas([flat[i] for i in holders], mine, self.config.rl.epochs)
+        return calls
 
     def finish_training(self, calls: list[ray.ObjectRef]) -> dict[str, Any]:
-        """Wait for the learners' updates of :meth:`start_training`; per-member stats."""
+        """Wait for the learners' updates of :meth:`start_training`; per-member stats. Replicas of a member
+        report the same statistics (computed from the same summed gradients); differing ones are an error."""
         stats: dict[str, Any] = {}
         for result in ray.get(calls):
-            stats.update(result)
+            for member, values in result.items():
+                if stats.setdefault(member, values) != values:
+                    raise RuntimeError(f"the replicas of {member} report different statistics, {stats[member]} and "
+                                       f"{values}: they have diverged")
         return stats
 
     def publish_adapters(self, all_members: bool = False, members: list[str] | None = None) -> None:
@@ -311,7 +342,11 @@ class System:
         """
         flat = self.flat_learners
         self.wake_engines()
-        exports = ray.get([l.export.remote(members, self.config.model.dtype) for l in flat])
+        exporting: dict[int, list[str]] = {}  # each member from the first learner holding it
+        for member, holders in self.owners.items():
+            if members is None or member in members:
+                exporting.setdefault(holders[0], []).append(member)
+        exports = ray.get([flat[i].export.remote(mine, self.config.model.dtype) for i, mine in exporting.items()])
         loads = []
         for exported in exports:
             for member, (version, (ref,)) in exported.items():
@@ -332,7 +367,7 @@ class System:
     # evolution ---------------------------------------------------------------------------------
     def evolve(self, step: int) -> list[dict[str, Any]]:
         """The league picks victims and parents; the child is made from the parents' adapters and takes
-        the victim's learner slot (fresh optimizer state) and engine adapter.
+        the victim's learner slot (fresh optimizer state; in every replica) and engine adapter.
 
         The weights move by reference: the parents' state dicts go from their learners to the league
         (top-level arguments, resolved by Ray in the league), the child's from the league to the learner;
@@ -342,7 +377,8 @@ class System:
             parents = [self.learner_of(p).state_dict.remote(p) for p in selection.parents]
             event_ref, child_state = self.league.make_child.remote(selection, *parents)
             event = ray.get(event_ref)
-            ray.get(self.learner_of(selection.victim).replace.remote(selection.victim, event["child"], child_state))
+            ray.get([l.replace.remote(selection.victim, event["child"], child_state)
+                     for l in self.replicas_of(selection.victim)])
             self.owners[event["child"]] = self.owners.pop(selection.victim)
             self.versions.pop(selection.victim, None)
             self.wake_engines()
@@ -357,11 +393,13 @@ class System:
 
     def checkpoint(self, directory: Path, step: int) -> dict[str, dict[str, Any]]:
         """Fill the (temporary) checkpoint ``directory``: each learner writes its own files under
-        ``learners/<i>/`` (nothing passes through the driver); the driver writes the league's and its own.
-        Returns the manifest entries of every file (each learner hashes its own)."""
+        ``learners/<i>/`` (nothing passes through the driver; of identical replicas only the first,
+        :meth:`checkpoint_sources`); the driver writes the league's and its own. Returns the manifest entries
+        of every file (each learner hashes its own)."""
         token = mark_checkpoint_dir(directory)
-        written = ray.get([l.checkpoint.remote(str(directory), token, f"learners/{i}") for i, l in enumerate(self.flat_learners)])
-        entries = {f"learners/{i}/{name}": entry for i, files in enumerate(written) for name, entry in files.items()}
+        flat, writers = self.flat_learners, sorted(set(self.checkpoint_sources()))
+        written = ray.get([flat[i].checkpoint.remote(str(directory), token, f"learners/{i}") for i in writers])
+        entries = {f"learners/{i}/{name}": entry for i, files in zip(writers, written) for name, entry in files.items()}
         (directory / "league.json").write_text(json.dumps(ray.get(self.league.state_dict.remote())))
         (directory / "driver.json").write_text(json.dumps({
             "step": step, "coverage": self.coverage.state_dict(), "versions": self.versions,
@@ -370,12 +408,22 @@ class System:
             entries[name] = file_digest(directory / name)
         return entries
 
+    def checkpoint_sources(self) -> list[int]:
+        """Per learner (index into ``flat_learners``), whose ``learners/<i>`` files hold its state: its own, or
+        with ``rl.data_parallel`` its role's first learner's (the replicas are identical: one writes, all read)."""
+        sources, offset = [], 0
+        for shards in self.learners.values():
+            sources += [offset if self.config.rl.data_parallel else offset + k for k in range(len(shards))]
+            offset += len(shards)
+        return sources
+
     def restore(self, directory: Path) -> None:
-        """Load a checkpoint written by ``checkpoint``: each learner reads its own files from ``directory``;
-        the engines then serve exactly the saved versions (checked)."""
+        """Load a checkpoint written by ``checkpoint``: each learner reads its own files from ``directory``
+        (every replica its first replica's); the engines then serve exactly the saved versions (checked)."""
         flat = self.flat_learners
         token = read_checkpoint_token(directory)
-        ray.get([l.restore.remote(str(directory), token, f"learners/{i}") for i, l in enumerate(flat)])
+        ray.get([l.restore.remote(str(directory), token, f"learners/{source}")
+                 for l, source in zip(flat, self.checkpoint_sources())])
         self.read_owners()
         saved = json.loads((directory / "league.json").read_text())
         ray.get(self.league.load_state_dict.remote(saved))
@@ -391,6 +439,24 @@ class System:
         if self.versions != driver["versions"]:
             raise RuntimeError(f"{directory}: the restored learners export versions {self.versions}, the checkpoint "
                                f"recorded {driver['versions']}")
+
+
+def train_replicas(replicas: list[Any], samples: list[Sample], epochs: int) -> list[ray.ObjectRef]:
+    """Submit one data-parallel update of the members every learner of ``replicas`` holds (``rl.data_parallel``,
+    ``learners.data_parallel``) and return its calls without waiting.
+
+    ``samples`` are put into the object store once; replica k takes share k of their split by tokens
+    (``LearnerActor.share``). Per epoch each replica's gradients are one object (what ``share_gradients``
+    returns) and every replica fetches all of them itself (top-level arguments, never through the driver) and
+    applies their sum in replica order. No ``ray.get`` is needed between the calls: one caller's calls on an
+    actor run in the order submitted, so the driver stays free (an overlapped step generates meanwhile).
+    The last epoch's ``apply_gradients`` calls return the statistics, the same on every replica."""
+    ref = ray.put(samples)
+    calls = [replica.share.remote(ref, k, len(replicas)) for k, replica in enumerate(replicas)]
+    for _ in range(epochs):
+        parts = [replica.share_gradients.remote() for replica in replicas]
+        calls += [replica.apply_gradients.remote(*parts) for replica in replicas]
+    return calls
 
 
 class VerifierCalls:

@@ -154,6 +154,13 @@ class RLConfig(Section):
         description="Checkpoint every decoder layer of the learners' policy pass (keep layer inputs, recompute in "
         "backward): 'on', 'off', or 'auto' (decided by the memory plan; on for GPU learners until it exists).",
     )
+    data_parallel: bool = Field(
+        False,
+        description="Split each member's samples across all the learner GPUs by tokens, every GPU holding a replica of "
+        "every member of its role; the replicas' gradients are summed before each optimizer step, so the step equals "
+        "one GPU's and the GPUs share the step's tokens evenly whatever the members draw (docs/learners.md). Needs "
+        "resources.learner_gpus >= 2. Off: member i trains on learner GPU i mod learner_gpus.",
+    )
     logit_chunk_tokens: int = Field(
         1024, ge=0, le=1_000_000,
         description="Loss tokens per chunk of the LM head and log-softmax in the learners (at most one chunk of "
@@ -397,6 +404,16 @@ class Config(Section):
     run: RunConfig = Field(default_factory=RunConfig, description="Length, seed, checkpoints, outputs.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Benchmark evaluation during training.")
     plan: PlanConfig = Field(default_factory=PlanConfig, description="What the dry run's time plan assumes.")
+
+    @model_validator(mode="after")
+    def _data_parallel_has_learners_to_split_over(self) -> "Config":
+        if self.rl.data_parallel and self.resources.learner_gpus < 2:
+            raise ValueError(
+                f"rl.data_parallel=true splits each member's samples across the learner GPUs, but "
+                f"resources.learner_gpus={self.resources.learner_gpus} gives each role one learner: set "
+                "resources.learner_gpus >= 2 or rl.data_parallel=false"
+            )
+        return self
 
     @model_validator(mode="after")
     def _overlap_is_possible(self) -> "Config":

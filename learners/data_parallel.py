@@ -23,9 +23,10 @@ whatever the members draw, splitting at most K - 1 members (the others need no g
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Hashable, Sequence
+from typing import Any, Hashable, Sequence
 
 import torch
 
@@ -90,6 +91,12 @@ def split_by_tokens(token_counts: Sequence[int], shares: int, keys: Sequence[Has
     return [sorted(idx) for idx in out]
 
 
+def split_samples(samples: Sequence[Sample], shares: int) -> list[list[int]]:
+    """The shares of a step: :func:`split_by_tokens` over ``len(sample)`` (prompt + completion tokens, what a
+    learner computes), keyed by slot, so a member's samples stay together except at the K - 1 cuts."""
+    return split_by_tokens([len(s) for s in samples], shares, [s.slot for s in samples])
+
+
 @dataclass
 class SlotGradients:
     """One epoch's gradients of one share (or the sum of several), per adapter slot, with statistics' sums.
@@ -100,6 +107,17 @@ class SlotGradients:
 
     grads: dict[int, torch.Tensor] = field(default_factory=dict)
     sums: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # As numpy arrays: pickle protocol 5 hands their bytes out of band, so Ray's object store holds one copy
+        # and a reader in another process maps it without copying (a torch tensor pickles into a byte string).
+        return {"grads": {a: g.detach().cpu().numpy() for a, g in self.grads.items()}, "sums": self.sums}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        with warnings.catch_warnings():  # read-only when mapped from the object store: never written (sum_gradients copies)
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            self.grads = {a: torch.from_numpy(g) for a, g in state["grads"].items()}
+        self.sums = state["sums"]
 
     def to(self, device: torch.device | str) -> "SlotGradients":
         """The same gradients on ``device`` (the statistics are plain floats)."""

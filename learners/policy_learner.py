@@ -22,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 from learners.adapter_optim import AdapterOptimizers
 from learners.batching import Sample, TokenBatch, micro_batches
 from learners.data_parallel import (
-    SlotGradients, export_slot_gradients, import_slot_gradients, split_by_tokens, step_targets, sum_gradients,
+    SlotGradients, export_slot_gradients, import_slot_gradients, split_samples, step_targets, sum_gradients,
 )
 from learners.multi_lora import NO_ADAPTER, MultiLoRAModel
 from learners.peft_io import load_adapter, save_adapter
@@ -212,6 +212,19 @@ class PolicyLearner:
         """
         return ShareStep(self, samples, advantages, slot_token_totals)
 
+    def share_of(self, samples: Sequence[Sample], index: int, shares: int) -> "ShareStep":
+        """Share ``index`` of ``shares`` of the step over ALL of ``samples``: the samples :func:`split_samples`
+        gives that share, with the whole step's targets (:func:`step_targets`). Replicas called with the same
+        samples and indices 0..shares-1 take the disjoint shares of one split. No sample: an empty share (its
+        replica still applies every epoch's sum, of nothing)."""
+        if not 0 <= index < shares:
+            raise ValueError(f"share {index} of {shares}: the index must be in 0..{shares - 1}")
+        if not samples:
+            return self.share([], torch.zeros(0), {})
+        targets = step_targets(samples)
+        idx = split_samples(samples, shares)[index]
+        return self.share([samples[i] for i in idx], targets.advantages[idx], targets.slot_token_totals)
+
     def apply_gradients(self, summed: SlotGradients) -> dict[int, dict[str, float]]:
         """Step each slot of ``summed`` with its gradient sum g_a: clip to ``grad_clip`` by ||g_a|| and AdamW
         with this replica's state (every replica applying the same sum stays identical). Returns the epoch's
@@ -360,8 +373,8 @@ def data_parallel_step(
     replicas: Sequence[PolicyLearner], samples: Sequence[Sample], assignment: Sequence[Sequence[int]] | None = None
 ) -> dict[int, dict[str, float]]:
     """One step of ``samples`` split over ``replicas`` (learners holding identical adapters and optimizer states),
-    in one process: share k trains ``samples[i] for i in assignment[k]`` (default ``split_by_tokens`` over
-    ``len(sample)`` = prompt + completion tokens, keyed by slot) with the whole step's advantages and N_a (``step_targets``);
+    in one process: share k trains ``samples[i] for i in assignment[k]`` (default ``split_samples``: ``split_by_tokens``
+    over ``len(sample)`` = prompt + completion tokens, keyed by slot) with the whole step's advantages and N_a (``step_targets``);
     per epoch the shares' gradients are summed in share order (``sum_gradients``) and every replica applies
     the sum. The result equals ``replicas[0].step(samples)`` up to float summation order. Returns the
     statistics (the same on every replica). A Ray shell runs the same sequence with one share per actor.
@@ -369,7 +382,7 @@ def data_parallel_step(
     if not samples:
         raise ValueError("data_parallel_step needs at least one sample")
     if assignment is None:
-        assignment = split_by_tokens([len(s) for s in samples], len(replicas), [s.slot for s in samples])
+        assignment = split_samples(samples, len(replicas))
     if len(assignment) != len(replicas):
         raise ValueError(f"{len(assignment)} shares for {len(replicas)} replicas")
     if sorted(i for idx in assignment for i in idx) != list(range(len(samples))):

@@ -400,10 +400,12 @@ class HostView:
 
 
 def _members_per_shard(config: Config, role: str, shards: int, shard: int) -> int:
+    """Adapters a learner of ``role`` holds: member i on shard i mod shards, or with ``rl.data_parallel`` every
+    member of the role (each learner a replica)."""
     if config.population.single_agent:
         return 1
     count = config.population.teachers if role == "teacher" else config.population.students
-    return len(range(shard, count, shards))
+    return count if config.rl.data_parallel else len(range(shard, count, shards))
 
 
 def _learner_shape(config: Config, slots: int, checkpointing: bool, micro_batch_tokens: int | None = None,

@@ -20,7 +20,10 @@ Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fract
 - **training** on the learner GPUs: each GPU trains the members placed on it (member i on shard i mod shards,
   the teacher and student learners of a GPU sharing its compute; on CPU each learner is its own process), ``tokens x F / (peak x
   train_mfu)`` with ``F = (4 + 2 [checkpointing]) N x epochs + 2 N [KL] + 2 N [epochs > 1] + 6 N_lora``;
-  the step waits for the busiest GPU;
+  the step waits for the busiest GPU. With ``rl.data_parallel`` every GPU trains total / shards tokens
+  (``learners.data_parallel.split_by_tokens``: equal within one sample) and each epoch adds the gradient
+  exchange: every replica reads, per role, at most (members + shards - 1) float32 member gradients (the split
+  cuts at most shards - 1 members) through the object store, at the adapter hand-over's bandwidth;
 - **hand-over**: each updated adapter (serving dtype) to every replica, the replicas loading in parallel from
   one object-store copy: members x (bytes / bandwidth + one swap);
 - **league** (constant), **evolution** (two children every E steps, seconds per child proportional to its
@@ -356,14 +359,28 @@ def _flops_per_trained_token(config: Any, dims: ModelDims, checkpointing: bool) 
     return ((4 + 2 * checkpointing) * n + 6 * n_lora) * epochs + 2 * n * (config.rl.kl_coef > 0) + 2 * n * (epochs > 1)
 
 
-def _learner_tokens(work: Workload, shards: int, on_gpus: bool) -> list[float]:
-    """Tokens of each learner device: member i on shard i mod shards. On a GPU the shard's teacher and student
-    learners share its compute, so their tokens add; on CPU each learner is its own process on its own cores."""
+def _learner_tokens(work: Workload, shards: int, on_gpus: bool, data_parallel: bool = False) -> list[float]:
+    """Tokens of each learner device: member i on shard i mod shards, or with ``data_parallel`` an equal share of
+    every token. On a GPU the shard's teacher and student learners share its compute, so their tokens add; on CPU
+    each learner is its own process on its own cores."""
+    if data_parallel and on_gpus:
+        return [work.trained_tokens / shards] * shards
     per = [0.0] * (shards if on_gpus else 2)
     for role, members in enumerate((work.teacher_tokens, work.student_tokens)):
         for i, tokens in members.items():
             per[i % shards if on_gpus else role] += tokens
     return per
+
+
+def gradient_exchange_bytes(config: Any, dims: ModelDims, shards: int) -> float:
+    """Bytes of one epoch's gradient shares with ``rl.data_parallel`` over ``shards`` learner GPUs: per role, at
+    most (members + shards - 1) float32 member gradients (each share exports the members it trained; the split
+    by tokens cuts at most shards - 1 members); 0 on one GPU. Every replica reads them all."""
+    if shards < 2:
+        return 0.0
+    pop = config.population
+    members = [1] if pop.single_agent else [pop.teachers, pop.students]
+    return sum(m + shards - 1 for m in members) * 4.0 * lora_params(dims, config.lora.rank, config.lora.target_modules)
 
 
 def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, lengths: Lengths,
@@ -426,7 +443,8 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
     # training: the busiest learner GPU sets the time
     train = rate("training", TRAINING_NEEDS)
     shards = max(1, layout.learners if cluster.gpus else 1)
-    per_shard = _learner_tokens(work, shards, cluster.gpus > 0)
+    split = config.rl.data_parallel and cluster.gpus > 0 and shards > 1
+    per_shard = _learner_tokens(work, shards, cluster.gpus > 0, split)
     flops = _flops_per_trained_token(config, dims, checkpointing)
     train_s = 0.0
     busiest = max(per_shard)
@@ -437,8 +455,13 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
     where = f"{shards} learner GPU(s)" if cluster.gpus else "the teacher and student learner processes"
     if not cluster.gpus and learner_cores is not None:
         where += f" on {learner_cores:g} core(s)"
-    phases.append(Phase("train", "learners", train_s,
-                        f"{work.trained_tokens:,.0f} tokens over {where}, busiest {max(per_shard):,.0f}"))
+    detail = f"{work.trained_tokens:,.0f} tokens over {where}, busiest {max(per_shard):,.0f}"
+    if split:
+        exchanged = gradient_exchange_bytes(config, dims, shards)
+        exchange_s = config.rl.epochs * exchanged / host.adapter_load_bandwidth.value
+        train_s += exchange_s
+        detail += f" (data parallel); gradient exchange {exchange_s:.1f} s ({exchanged / 2**30:.2f} GiB per GPU and epoch)"
+    phases.append(Phase("train", "learners", train_s, detail))
 
     members = config.population.adapters
     adapter_bytes = lora_params(dims, config.lora.rank, config.lora.target_modules) * b

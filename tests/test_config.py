@@ -97,6 +97,14 @@ def test_operator_strength_outside_its_range_is_an_error_at_load(override, messa
     load_config(None, ["evolution.operators.extrapolate.strength=2.5"])  # the range's end is valid
 
 
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_data_parallel_needs_two_learner_gpus(gpus):
+    with pytest.raises(ConfigError, match=rf"rl.data_parallel=true .* resources.learner_gpus={gpus} gives each role one "
+                                          r"learner: set resources.learner_gpus >= 2 or rl.data_parallel=false"):
+        load_config(None, ["rl.data_parallel=true", f"resources.learner_gpus={gpus}"])
+    assert load_config(None, ["rl.data_parallel=true", "resources.learner_gpus=2"]).rl.data_parallel
+
+
 def test_an_unknown_required_defence_is_an_error_at_load():
     with pytest.raises(ConfigError, match=r"unknown defence\(s\) \['no_netwrok'\]; known: .*no_network"):
         load_config(None, ["verifier.require=[seccomp, no_netwrok]"])

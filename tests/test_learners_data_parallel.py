@@ -21,13 +21,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pickle
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from learners.adapter_optim import AdapterOptimizers
 from learners.batching import Sample
-from learners.data_parallel import split_by_tokens, step_targets, sum_gradients
+from learners.data_parallel import SlotGradients, split_by_tokens, step_targets, sum_gradients
 from learners.multi_lora import LoRASpec, MultiLoRAModel
 from learners.pg_loss import PGConfig
 from learners.policy_learner import PolicyLearner, UpdateConfig, data_parallel_step
@@ -204,3 +206,37 @@ def test_split_by_tokens_balances_and_splits_few_members():
     assert split_by_tokens([0, 0], 2) == [[0, 1], []]
     with pytest.raises(ValueError, match="shares"):
         split_by_tokens([1], 0)
+
+
+def test_slot_gradients_pickle_their_vectors_out_of_band():
+    """What Ray's object store relies on to hold one copy that readers map: each slot's vector travels as an
+    out-of-band buffer (pickle protocol 5), and the round trip gives the same values; summing mapped (read-only)
+    vectors leaves them untouched."""
+    grads = SlotGradients({0: torch.arange(6, dtype=torch.float32), 2: torch.ones(3)}, {0: {"tokens": 5.0}})
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(grads, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == 2 and len(data) < 1000
+    back = pickle.loads(data, buffers=[memoryview(b).toreadonly() for b in buffers])
+    assert back.sums == grads.sums and all(torch.equal(back.grads[a], grads.grads[a]) for a in grads.grads)
+    total = sum_gradients([back, back])
+    assert torch.equal(total.grads[0], 2 * grads.grads[0]) and torch.equal(back.grads[0], grads.grads[0])
+
+
+def test_each_replica_taking_its_share_of_all_samples_is_the_same_step(tiny_qwen2):
+    """The actors' route (``PolicyLearner.share_of``: every replica gets ALL the samples and its index, and computes
+    the targets and the split itself), epochs = 2: the one learner's step. No sample at all: empty shares, whose
+    sum every replica applies without a change."""
+    loss, update = PPO
+    reference = make_learner(tiny_qwen2, loss, update)
+    replicas = [make_learner(tiny_qwen2, loss, update) for _ in range(2)]
+    samples = draw_samples(reference.model.config.vocab_size, 7, [0, 1, 1, 2])
+    want = reference.step(samples)
+    for batch in (samples, []):
+        shares = [replica.share_of(batch, k, 2) for k, replica in enumerate(replicas)]
+        for _ in range(update.epochs):
+            summed = sum_gradients([share.gradients() for share in shares])
+            got = [replica.apply_gradients(summed) for replica in replicas][0]
+        assert_stats_close(got, want if batch else {})
+        assert_replicas_equal_reference(reference, replicas)
+    with pytest.raises(ValueError, match="the index must be in 0..1"):
+        replicas[0].share_of(samples, 2, 2)

@@ -143,6 +143,17 @@ def test_7b_preset_fits_80gb_with_headroom_on_every_gpu(qwen7b_dir):
     assert plan.verdict().startswith("memory: fits (smallest headroom ")
 
 
+def test_data_parallel_puts_every_members_state_on_every_learner_gpu(qwen7b_dir):
+    """rl.data_parallel: each learner of a role holds all 4 of its members (not 1): 4x their adapter state."""
+    off, on = (plan_of(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir, f"rl.data_parallel={flag}")) for flag in ("false", "true"))
+    p = 161_480_704
+    for plan, members in ((off, 1), (on, 4)):
+        for gpu in range(4, 8):
+            items = next(r for r in plan.rows if r.device == f"GPU {gpu}").items
+            state = {k: v for k, v in items.items() if k.endswith("adapters (fp32 weights, AdamW moments)")}
+            assert sorted(state.values()) == [12 * p * members] * 2, (gpu, state)
+
+
 def test_single_agent_preset_fits(qwen7b_dir):
     plan = plan_of(preset("qwen2.5-7b-single.yaml", qwen7b_dir))
     assert plan.fits, plan.verdict()

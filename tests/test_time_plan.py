@@ -82,6 +82,21 @@ def test_learner_gpus_take_members_by_index_and_wait_for_the_busiest():
     assert {p.name: p.seconds for p in plan.phases}["train"] == pytest.approx(busiest * (4 * N + 6 * N_LORA) / 0.25e9)
 
 
+def test_data_parallel_gives_every_learner_gpu_an_equal_share_and_pays_the_exchange():
+    """rl.data_parallel over 3 learner GPUs: each trains a third of all tokens; each epoch every GPU reads, per role,
+    (4 members + 2 cuts) float32 gradients at the hand-over's bandwidth."""
+    for epochs in (1, 2):
+        config = small_config("population.teachers=4", "population.students=4", "rl.data_parallel=true",
+                              "resources.learner_gpus=3", f"rl.epochs={epochs}")
+        plan = plan_time(config, DIMS, Layout(1, 3), Cluster(1, 4, "T"), LENGTHS, {"T": KIND}, HOST, checkpointing=False)
+        total = 4 * 4 * 30 + 16 * 0.5 * 2 * 70
+        flops = (4 * N + 6 * N_LORA) * epochs + 2 * N * (epochs > 1)
+        exchange = epochs * 2 * (4 + 2) * 4 * N_LORA / 1e6
+        assert {p.name: p.seconds for p in plan.phases}["train"] == pytest.approx(total / 3 * flops / 0.25e9 + exchange)
+    one = plan_time(config, DIMS, Layout(3, 1), Cluster(1, 4, "T"), LENGTHS, {"T": KIND}, HOST, checkpointing=False)
+    assert "gradient exchange" not in next(p for p in one.phases if p.name == "train").detail  # one GPU: nothing to split
+
+
 def test_on_cpu_each_learner_is_its_own_process():
     plan = plan_time(small_config(), DIMS, Layout(0, 0), Cluster(1, 0, "T"), LENGTHS, {"cpu": KIND}, HOST, checkpointing=False)
     assert {p.name: p.seconds for p in plan.phases}["train"] == pytest.approx(560 * (4 * N + 6 * N_LORA) / 0.25e9)
