@@ -6,19 +6,9 @@ import pytest
 
 from actors.loop import drains_after  # the loop's rule (imports ray; starts nothing)
 from configs import PRESETS_DIR, load_config
-from planning.memory_plan import ModelDims
-from planning.time_constants import DeviceKind, HostConstants, Sourced
-from planning.time_plan import Cluster, Layout, Lengths, Overlap, drained_steps, plan_time
+from planning.time_plan import Cluster, Layout, Overlap, drained_steps, plan_time
 
-DIMS = ModelDims(hidden=64, intermediate=128, layers=2, heads=1, kv_heads=1, vocab=100, tied_embeddings=True, qkv_bias=False)
-KIND = DeviceKind("T", 80.0, peak_flops=Sourced(1e9, "test"), memory_bandwidth=Sourced(1e6, "test"),
-                  train_mfu=Sourced(0.25, "test"), prefill_mfu=Sourced(0.5, "test"), decode_mfu=Sourced(0.1, "test"),
-                  lora_decode_overhead=Sourced(0.5, "test"), sleep_wake_s=Sourced(2.0, "test"))
-HOST = HostConstants(verifier_tasks_per_core_s=Sourced(100.0, "test"), adapter_load_bandwidth=Sourced(1e6, "test"),
-                     adapter_swap_s=Sourced(0.01, "test"), checkpoint_bandwidth=Sourced(1e6, "test"),
-                     league_s=Sourced(0.05, "test"), evolution_s_per_mparam=Sourced(1.0, "test"),
-                     evolution_s_floor=Sourced(0.1, "test"))
-LENGTHS = Lengths(propose_prompt=10, proposal=20, solve_prompt=30, answer=40, valid_fraction=0.5)
+from test_time_plan import DIMS, HOST, KIND, LENGTHS  # the hand-checked case's model, device and lengths
 
 
 def config(*overrides: str):
