@@ -471,7 +471,8 @@ def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengt
     """Plan the configured layout and every candidate of ``cluster``; recommend the fastest that runs.
 
     ``unfit(layout)`` says why a layout does not fit memory (None when it fits: the memory plan's verdict). A
-    colocated layout and one wider than a node are planned but not runnable yet (said so in the table)."""
+    colocated layout is planned but not runnable yet (said so in the table); a layout wider than a node runs
+    across the cluster's nodes."""
     current = plan_time(config, dims, config_layout(config) if cluster.gpus else Layout(0, 0), cluster, lengths,
                         kinds, host, checkpointing)
     candidates = []
@@ -480,8 +481,8 @@ def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengt
         why = None
         if layout.colocated:
             why = "not runnable yet: engines and learners on one GPU are not built"
-        elif layout.gpus > cluster.gpus_per_node:
-            why = "not runnable yet: one population across several nodes is not built"
+        elif layout.tp > cluster.gpus_per_node:
+            why = f"an engine's {layout.tp} tensor-parallel GPUs must be on one node"
         elif plan.missing:
             why = "constants missing: " + "; ".join(plan.missing)
         else:
