@@ -267,7 +267,8 @@ def check_shared_paths(run_dir: Path, model_dir: str, timeout_s: float = 120.0) 
         raise SharedPathError(
             "not every node of the cluster sees the run's files:\n" + "\n".join(lines) + "\nEvery node must mount "
             "the run directory and the model directory at the same path (NFS, a cloud file store), or copy the "
-            "model to the same path on each node; no actor was started and nothing of the run was changed.")
+            "model to the same path on each node. No actor was started; the run's metrics and checkpoints are as "
+            "they were.")
     return checked
 
 
