@@ -8,20 +8,28 @@ Output: by default the actors' stdout and stderr go to ``RUN_DIR/logs/<actor>.lo
 environment), Ray forwards nothing to the driver's terminal (``log_to_driver=False``; forwarding is
 asynchronous, so forwarded lines could land after the run's summary) and the actors' progress bars are
 off. ``forward_output`` (``launch.py --verbose``) keeps Ray's forwarding instead.
+
+Several nodes: the actors may land on any node (an engine replica's tensor-parallel GPUs and a learner
+GPU's teacher/student pair each on one node); :func:`check_shared_paths` proves before step 1 that every
+node sees the run directory and the model directory. :func:`actor_device` is the one place an actor
+decides between CUDA and the CPU, and the test/laptop-only stand-in mode (``POPULORA_GPU_STANDIN=1``)
+makes actors given a logical GPU run their CPU path.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import ray
-from ray.util.placement_group import placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from planning.placement import ActorPlan, PlacementPlan
 from reporting.run_dir import LOG_DIR_ENV, route_output
@@ -38,6 +46,14 @@ QUIET_ACTOR_ENV = {
 
 AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
 """Ray's logger that announces token authentication at ``ray.init``; our dashboard lines say it instead."""
+
+GPU_STANDIN_ENV = "POPULORA_GPU_STANDIN"
+"""Tests and laptops only: set to 1 where Ray's nodes are started (``cluster_utils``, ``ray start``, the shell of a
+local run), it makes actors given a logical GPU (``--num-gpus`` on a machine without one) run their CPU path, so
+the GPU placement is exercised on CPUs. Never set it on a GPU cluster: the GPUs would sit idle."""
+
+PATH_CHECK_FILE = ".populora-node-check"
+"""The file the path check writes into the run directory for the nodes to read back (removed after the check)."""
 
 
 @dataclass(frozen=True)
@@ -164,17 +180,149 @@ def connect(num_cpus_needed: float, log_dir: Path | None = None, forward_output:
                       dashboard_lines(url, token_auth_enabled(), remote=False, missing=missing))
 
 
+def gpu_standin() -> bool:
+    """Whether this process runs in the CPU stand-in mode (``GPU_STANDIN_ENV``)."""
+    return os.environ.get(GPU_STANDIN_ENV, "").strip() not in ("", "0")
+
+
+def actor_device() -> str:
+    """``"cuda"`` when Ray gave this actor a GPU, else ``"cpu"``; ``"cpu"`` in the stand-in mode, whatever Ray gave."""
+    return "cuda" if ray.get_gpu_ids() and not gpu_standin() else "cpu"
+
+
+class SharedPathError(RuntimeError):
+    """Some node of the cluster cannot see the run directory or the model directory."""
+
+
+def path_problems(run_dir: str, token: str, model_dir: str, config_digest: str) -> list[str]:
+    """What this machine cannot see of the run: the run directory (the driver's token read back from
+    ``PATH_CHECK_FILE``, proving it is the very directory the driver made, and a file written and removed
+    there) and the model directory (its ``config.json``, the same bytes as the driver's: SHA-256
+    ``config_digest``). Empty when it sees both."""
+    problems = []
+    root = Path(run_dir)
+    try:
+        seen = (root / PATH_CHECK_FILE).read_text().strip()
+    except OSError:
+        seen = None
+    if seen != token:
+        problems.append(f"cannot see the run directory {run_dir} (run.run_dir): "
+                        + ("it does not exist here" if not root.is_dir() else
+                           f"it exists here but is another directory ({PATH_CHECK_FILE} written by the driver is "
+                           f"{'missing' if seen is None else 'different'})"))
+    else:
+        probe = root / f"{PATH_CHECK_FILE}-{secrets.token_hex(4)}"
+        try:
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            problems.append(f"cannot write in the run directory {run_dir} (run.run_dir): {exc.strerror or exc}")
+    config = Path(model_dir) / "config.json"
+    try:
+        digest = hashlib.sha256(config.read_bytes()).hexdigest()
+    except OSError:
+        problems.append(f"cannot see the model directory {model_dir} (model.path): no readable config.json there")
+    else:
+        if digest != config_digest:
+            problems.append(f"holds another model at {model_dir} (model.path): its config.json differs from the driver's")
+    return problems
+
+
+path_problems_on_node = ray.remote(num_cpus=0)(path_problems)
+
+
+def check_shared_paths(run_dir: Path, model_dir: str, timeout_s: float = 120.0) -> list[str]:
+    """Raise ``SharedPathError`` unless every alive node sees the run directory and the model directory
+    (``path_problems``, run by one task pinned to each node); the error names each node (IP and id) and the
+    path. Nothing of the run is touched but a token file, removed again. Skipped when the only node is the
+    driver's own. Returns the ids of the nodes checked; a node that does not answer within ``timeout_s`` is
+    logged and left out."""
+    here = ray.get_runtime_context().get_node_id()
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if [n["NodeID"] for n in nodes] == [here]:
+        return []
+    marker = Path(run_dir) / PATH_CHECK_FILE
+    token = secrets.token_hex(16)
+    marker.write_text(token)
+    try:
+        digest = hashlib.sha256((Path(model_dir) / "config.json").read_bytes()).hexdigest()
+        calls = {path_problems_on_node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                 .remote(str(Path(run_dir).resolve()), token, str(Path(model_dir).resolve()), digest): n for n in nodes}
+        ready, late = ray.wait(list(calls), num_returns=len(calls), timeout=timeout_s)
+    finally:
+        marker.unlink(missing_ok=True)
+    for ref in late:
+        log.warning("node %s did not answer the path check within %.0f s", calls[ref]["NodeManagerAddress"], timeout_s)
+    lines, checked = [], []
+    for ref in ready:
+        node = calls[ref]
+        try:
+            problems = ray.get(ref)
+        except Exception as exc:  # the node went away while it checked: the scheduler will not use it either
+            log.warning("node %s could not run the path check: %s", node["NodeManagerAddress"], exc)
+            continue
+        checked.append(node["NodeID"])
+        lines += [f"  node {node['NodeManagerAddress']} (id {node['NodeID'][:12]}): {problem}" for problem in problems]
+    if lines:
+        raise SharedPathError(
+            "not every node of the cluster sees the run's files:\n" + "\n".join(lines) + "\nEvery node must mount "
+            "the run directory and the model directory at the same path (NFS, a cloud file store), or copy the "
+            "model to the same path on each node. No actor was started; the run's metrics and checkpoints are as "
+            "they were.")
+    return checked
+
+
 def verifier_nodes(resource: str) -> int:
     """Alive nodes that carry the verifier resource."""
     return sum(1 for n in ray.nodes() if n.get("Alive") and n["Resources"].get(resource, 0) > 0)
 
 
-def actor_options(plan: PlacementPlan, actor: ActorPlan, learner_groups: dict[int, Any]) -> dict[str, Any]:
+def learner_group(plan: PlacementPlan, gpu: int, learner_groups: dict[int, Any]) -> Any:
+    """The placement group of the plan's shared GPU ``gpu`` (``PlacementPlan.gpu_bundle``: one GPU and the CPUs of
+    the actors on it), so the learners sharing it (colocated: the engine too) land on one node and one GPU (made and
+    waited for on first use, kept in ``learner_groups``)."""
+    group = learner_groups.get(gpu)
+    if group is None:
+        group = placement_group([plan.gpu_bundle(gpu)], strategy="STRICT_PACK")
+        ray.get(group.ready())
+        learner_groups[gpu] = group
+    return group
+
+
+def reserve_gpus(plan: PlacementPlan, learner_groups: dict[int, Any]) -> dict[str, str]:
+    """Put every GPU actor of ``plan`` on a node before any of them starts; returns engine replica -> node id.
+
+    The engine replicas go first, one after another, each a placement group of its ``tp`` GPUs (and CPUs) on
+    one node, then each learner GPU (``learner_group``, kept in ``learner_groups``). Replicas of equal size
+    placed in turn never block one another (a node holds ``floor(G_n / tp)`` of them whatever the others
+    do) and learner GPUs of one GPU each then fit whatever GPUs are left, so this finds room whenever
+    ``PlacementPlan.check`` passed; actors scheduled as they start could instead let a learner GPU split the
+    node a replica needs. The replicas' groups are then removed and each replica is pinned to its node
+    (``actor_options``), not run inside a group: vLLM in a placement group would take its tensor-parallel
+    workers from it.
+    """
+    held = []
+    try:
+        for actor in plan.by_role("inference"):
+            if actor.num_gpus and not plan.colocated:  # colocated engines are in their GPU's bundle
+                group = placement_group([{"GPU": actor.num_gpus, "CPU": actor.num_cpus}], strategy="STRICT_PACK")
+                ray.get(group.ready())
+                held.append((actor.name, group))
+        for gpu in sorted({a.gpu_ids[0] for a in plan.actors if a.role.startswith("learner") and a.gpu_ids}):
+            learner_group(plan, gpu, learner_groups)
+        return {name: placement_group_table(group)["bundles_to_node_id"][0] for name, group in held}
+    finally:
+        for _, group in held:
+            remove_placement_group(group)
+
+
+def actor_options(plan: PlacementPlan, actor: ActorPlan, learner_groups: dict[int, Any],
+                  pinned: dict[str, str] | None = None) -> dict[str, Any]:
     """``.options(...)`` for one planned actor: its name, resources and restart policy (Ray restarts only verifiers).
 
     Verifiers request the custom resource only when some node carries it (else the head's CPUs).
     Actors that share a GPU (a learner pair; colocated, its engine replica too) are put in one placement-group
-    bundle so they land on the same GPU.
+    bundle so they land on the same GPU. An engine replica named in ``pinned`` (``reserve_gpus``) is held to that node.
     """
     options: dict[str, Any] = {
         "name": actor.name,
@@ -189,10 +337,8 @@ def actor_options(plan: PlacementPlan, actor: ActorPlan, learner_groups: dict[in
     if actor.role == "verifier" and verifier_nodes(plan.verifier_resource):
         options["resources"] = dict(actor.resources)
     if plan.shares_gpu(actor):
-        group = learner_groups.get(actor.gpu_ids[0])
-        if group is None:
-            group = placement_group([plan.gpu_bundle(actor.gpu_ids[0])], strategy="STRICT_PACK")
-            ray.get(group.ready())
-            learner_groups[actor.gpu_ids[0]] = group
+        group = learner_group(plan, actor.gpu_ids[0], learner_groups)
         options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0)
+    if pinned and actor.name in pinned:
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(pinned[actor.name], soft=False)
     return options

@@ -235,7 +235,7 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
     import ray
     from tqdm import tqdm
 
-    from actors.cluster import connect
+    from actors.cluster import SharedPathError, check_shared_paths, connect
     from actors.loop import drains_after, run_step
     from planning.placement import plan_placement
     from rollouts import StepPrompts
@@ -251,7 +251,6 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
         return 2
     if checkpoint is not None:
         start_step = checkpoint_step(checkpoint) + 1
-        run.truncate_metrics(start_step - 1)
     last_step = start_step - 1 + config.run.steps if resume else config.run.steps
     run.create(config.model_copy(update={"run": config.run.model_copy(update={"run_dir": run.root})}))
 
@@ -285,6 +284,17 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
     if owns_ray:
         terminal.say("actor output: forwarded to this terminal (--verbose)" if forward
                      else f"actor output: {run.logs}/<actor>.log")
+    try:  # before any actor starts and before the metrics of a resumed run are cut back to its checkpoint
+        checked = check_shared_paths(run.root, model_path)
+    except SharedPathError as err:
+        print(f"error: {err}", file=sys.stderr)
+        if owns_ray:
+            ray.shutdown()
+        return 2
+    if checked:
+        terminal.say(f"run directory and model visible from all {len(checked)} nodes")
+    if checkpoint is not None:
+        run.truncate_metrics(start_step - 1)
     recovery = Recovery(config, plan, model_path, run)
     system, _ = recovery.start(checkpoint)
     terminal.say(f"actors up: {', '.join(a.name for a in plan.actors if a.role != 'verifier')} "

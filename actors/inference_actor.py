@@ -31,16 +31,17 @@ class InferenceActor:
     def __init__(self, backend: str, model_path: str, max_adapters: int, max_lora_rank: int, dtype: str,
                  max_model_len: int, engine_args: dict[str, Any], seed: int, target_modules: tuple[str, ...],
                  sleep_mode: bool = False):
-        from actors.cluster import route_actor_output
+        from actors.cluster import actor_device, route_actor_output
 
         route_actor_output("inference")  # engine processes inherit it
         import torch
 
         from inference import make_engine
 
-        if not ray.get_gpu_ids():
+        device = actor_device()  # "cpu" in the CPU stand-in mode, whatever Ray gave
+        if device == "cpu":
             torch.set_num_threads(max(1, int(os.environ.get("POPULORA_INFERENCE_THREADS", "1"))))
-        hf_options = {"target_modules": tuple(target_modules)} if backend != "vllm" else {}
+        hf_options = {"target_modules": tuple(target_modules), "device": device} if backend != "vllm" else {}
         self.engine = make_engine(backend, model_path, max_adapters=max_adapters, max_lora_rank=max_lora_rank,
                                   dtype=dtype, engine_args=engine_args or None, max_model_len=max_model_len,
                                   seed=seed, sleep_mode=sleep_mode, **hf_options)

@@ -23,7 +23,7 @@ import ray
 class LearnerActor:
     def __init__(self, model_path: str, members: list[str], lora: dict[str, Any], rl: dict[str, Any],
                  dtype: str, seed: int, cuda_base: dict[str, Any] | None = None, temperature: float = 1.0):
-        from actors.cluster import route_actor_output
+        from actors.cluster import actor_device, route_actor_output
 
         route_actor_output("learner")  # before any import prints
         import torch
@@ -35,7 +35,8 @@ class LearnerActor:
         from learners.policy_learner import PolicyLearner, UpdateConfig, resolve_activation_checkpointing
         from learners.shared_base import CudaBaseOwner, build_on_tensors, map_base, map_cuda_base, materialise_base
 
-        if not ray.get_gpu_ids():
+        on_gpu = actor_device() == "cuda"  # False in the CPU stand-in mode, whatever Ray gave
+        if not on_gpu:
             torch.set_num_threads(max(1, int(os.environ.get("POPULORA_LEARNER_THREADS", "1"))))
         torch.manual_seed(seed)
         self.slots = {member: i for i, member in enumerate(members)}
@@ -46,7 +47,7 @@ class LearnerActor:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.base_dir = base_dir = materialise_base(model_path, getattr(torch, dtype))
         self.base_owner = None
-        if not ray.get_gpu_ids():
+        if not on_gpu:
             base = map_base(base_dir)  # the machine's one copy in /dev/shm, mapped without a private copy
         elif cuda_base is None:  # the first learner on this GPU holds the base; the others map it by IPC
             self.base_owner = CudaBaseOwner(base_dir)
@@ -55,7 +56,7 @@ class LearnerActor:
             base = map_cuda_base(cuda_base)
         spec = LoRASpec(rank=lora["rank"], alpha=lora["alpha"], num_slots=max(1, len(members)),
                         target_modules=tuple(lora["target_modules"]), rslora=lora["rslora"])
-        device = torch.device("cuda", torch.cuda.current_device()) if ray.get_gpu_ids() else torch.device("cpu")
+        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
         self.model = MultiLoRAModel(base, spec, init_b_std=lora["init_std"], seed=seed, device=device)
         optimizers = AdapterOptimizers(self.model, lr=rl["learning_rate"], weight_decay=rl["weight_decay"],
                                        grad_clip=rl["grad_clip"])
@@ -65,7 +66,7 @@ class LearnerActor:
                      importance_correction=rl["importance_correction"], is_truncation=rl["is_truncation"]),
             UpdateConfig(epochs=rl["epochs"], micro_batch_tokens=rl["micro_batch_tokens"], temperature=temperature,
                          activation_checkpointing=resolve_activation_checkpointing(
-                             rl["activation_checkpointing"], "cuda" if ray.get_gpu_ids() else "cpu"),
+                             rl["activation_checkpointing"], "cuda" if on_gpu else "cpu"),
                          logit_chunk_tokens=rl["logit_chunk_tokens"]),
             pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0,
         )
@@ -76,12 +77,6 @@ class LearnerActor:
     def ready(self) -> bool:
         return True
 
-    def release_shared_base(self) -> None:
-        """Delete the machine's shared copy in /dev/shm at the end of a run (mappings stay valid)."""
-        from learners.shared_base import release_base
-
-        release_base(self.base_dir)
-
     def release_memory(self) -> int:
         """Return the caching allocator's free segments to the GPU (colocated: before this GPU's engine wakes). What
         stays: the base, adapters, AdamW moments, and segments that still hold a live block (measured, docs/memory.md).
@@ -90,7 +85,9 @@ class LearnerActor:
 
         import torch
 
-        if not ray.get_gpu_ids():
+        from actors.cluster import actor_device
+
+        if actor_device() == "cpu":
             return 0
         gc.collect()
         torch.cuda.empty_cache()

@@ -34,7 +34,7 @@ import ray
 from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.cluster import actor_options
+from actors.cluster import actor_options, reserve_gpus
 from inference.requests import GenerationRequest
 from actors.inference_actor import InferenceActor
 from actors.league_actor import LeagueActor
@@ -48,12 +48,24 @@ from verifier.metrics import Coverage
 
 
 @ray.remote(num_cpus=0)
-def remove_paths(paths: list[str]) -> None:
-    """Delete directories on the node this task runs on (what a killed engine left in /dev/shm)."""
+def clean_node(paths: list[str], model_path: str | None = None, dtype: str = "float32") -> str:
+    """On the node this task runs on, delete ``paths`` (what a killed engine left in /dev/shm) and, given
+    ``model_path``, the learners' shared base of that model in ``dtype`` (``learners.shared_base``: named from
+    the model directory as this node sees it, so each node releases its own copy). Returns the node's id."""
     import shutil
 
     for path in paths:
         shutil.rmtree(path, ignore_errors=True)
+    if model_path is not None:
+        import torch
+
+        from learners.shared_base import base_dir_for, release_base
+
+        try:
+            release_base(base_dir_for(model_path, getattr(torch, dtype)))
+        except FileNotFoundError:  # this node does not see the model: no learner of it ran here
+            pass
+    return ray.get_runtime_context().get_node_id()
 
 
 def wait_names_free(names: list[str], timeout_s: float = 60.0) -> None:
@@ -112,6 +124,7 @@ class System:
     # member -> indices into ``flat_learners`` of the learners holding it: one, or with rl.data_parallel every
     # learner of its role (identical replicas); the first exports it and writes it into checkpoints
     owners: dict[str, list[int]] = field(default_factory=dict)
+    model_path: str | None = None  # the learners' shared base of it is released on every node by ``stop``
     _learner_groups: dict[int, Any] = field(default_factory=dict)
     _scratch: list[tuple[str, list[str]]] = field(default_factory=list)  # (node, RAM-backed dirs) of the engines
     sleep_mode: str = ""  # colocated: how the engines sleep while the learners train, or why they do not
@@ -129,8 +142,9 @@ class System:
         cfg = config
         made: dict[str, list[Any]] = {"inference": [], "learners": [], "verifiers": [], "league": []}
         try:
+            pinned = reserve_gpus(plan, groups)  # every GPU actor's node, before any of them starts
             inference = [
-                InferenceActor.options(**actor_options(plan, replica, groups)).remote(
+                InferenceActor.options(**actor_options(plan, replica, groups, pinned)).remote(
                     cfg.inference.backend, model_path, max_adapters=len(members), max_lora_rank=cfg.lora.rank,
                     dtype=cfg.model.dtype, max_model_len=cfg.model.max_seq_len, engine_args=cfg.inference.vllm_engine_args,
                     seed=cfg.run.seed, target_modules=tuple(cfg.lora.target_modules),
@@ -183,8 +197,8 @@ class System:
             backend = ray.get(inference[0].backend.remote())
             ray.get([l.ready.remote() for shards in learners.values() for l in shards] + [league.ready.remote()])
             system = cls(cfg, plan, inference, learners, VerifierCalls(VerifierPool(verifier_actors)), league, backend,
-                         _learner_groups=groups, _scratch=ray.get([r.scratch.remote() for r in inference]),
-                         sleep_mode=sleep_mode, asleep=asleep)
+                         model_path=model_path, _learner_groups=groups,
+                         _scratch=ray.get([r.scratch.remote() for r in inference]), sleep_mode=sleep_mode, asleep=asleep)
             system.read_owners()
             return system
         except BaseException:  # close the engines and verifiers that still answer (their RAM-backed files)
@@ -230,19 +244,33 @@ class System:
                 dead.append(name)
         return dead
 
-    def stop(self, release_shared_base: bool = True) -> None:
+    def stop(self, release_shared_base: bool = True) -> list[str]:
         """Release what the actors hold outside their processes (/dev/shm copies, sandbox scratch), then kill
         them and wait until their names are free. Works with dead actors among them (a recovery stops a
         system one of whose actors was killed): what a dead engine left in RAM-backed storage is removed on
-        its node. ``release_shared_base=False`` keeps the learners' shared base for the next system."""
-        flat = self.flat_learners
-        cleanups = [flat[0].release_shared_base.remote()] if release_shared_base else []
-        cleanups += [r.close.remote() for r in self.inference] + [v.close.remote() for v in self.verifiers.pool.actors]
+        its node. The learners' shared base is released on every alive node (learners may have run on any;
+        a recovered system's on others than this one's); ``release_shared_base=False`` keeps it for the next
+        system. Returns the ids of the nodes cleaned."""
+        cleanups = [r.close.remote() for r in self.inference] + [v.close.remote() for v in self.verifiers.pool.actors]
         close_and_kill(self._planned_handles(), cleanups, self._learner_groups, [a.name for a in self.plan.actors])
-        ray.wait([remove_paths.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(paths)
-                  for node, paths in self._scratch if node in {n["NodeID"] for n in ray.nodes() if n.get("Alive")}],
-                 num_returns=len(self._scratch), timeout=60)
+        alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        scratch: dict[str, list[str]] = {}
+        for node, paths in self._scratch:
+            if node in alive:
+                scratch.setdefault(node, []).extend(paths)
+        nodes = alive if release_shared_base and self.model_path else list(scratch)
+        calls = [clean_node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
+                     scratch.get(node, []), self.model_path if release_shared_base else None, self.config.model.dtype)
+                 for node in nodes]
+        done, _ = ray.wait(calls, num_returns=len(calls), timeout=60) if calls else ([], [])
         self._learner_groups, self._scratch = {}, []  # stopping twice (a failed recovery, then the end) is harmless
+        cleaned = []
+        for ref in done:
+            try:
+                cleaned.append(ray.get(ref))
+            except Exception:  # the node went away meanwhile, and its /dev/shm with it
+                pass
+        return cleaned
 
     # generation --------------------------------------------------------------------------------
     def request(self, member: str, prompt: str, n: int = 1, seed: int | None = None) -> GenerationRequest:

@@ -90,6 +90,14 @@ def write_base(model: nn.Module, out_dir: str | os.PathLike) -> Path:
     return out
 
 
+def base_dir_for(model_dir: str | os.PathLike, dtype: torch.dtype | None = None,
+                 shm_dir: str | os.PathLike | None = None) -> Path:
+    """Where :func:`materialise_base` puts this machine's copy of ``model_dir`` in ``dtype`` (written or not): a
+    name derived from the model directory as this machine sees it, so each node of a cluster finds its own."""
+    root = Path(shm_dir) if shm_dir is not None else default_shm_dir()
+    return root / f"populora-base-{_base_key(Path(model_dir), dtype)}"
+
+
 def materialise_base(
     model_dir: str | os.PathLike,
     dtype: torch.dtype | None = None,
@@ -107,9 +115,9 @@ def materialise_base(
     src = Path(model_dir)
     if not (src / "config.json").is_file():
         raise FileNotFoundError(f"{src} is not a Hugging Face model directory (no config.json)")
-    root = Path(shm_dir) if shm_dir is not None else default_shm_dir()
+    target = base_dir_for(src, dtype, shm_dir)
+    root = target.parent
     root.mkdir(parents=True, exist_ok=True)
-    target = root / f"populora-base-{_base_key(src, dtype)}"
     with open(root / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / MANIFEST).is_file():

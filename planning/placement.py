@@ -1,8 +1,10 @@
 """The placement plan: which actor gets which GPUs and CPUs, and whether a cluster can hold it.
 
 Pure planning (no Ray import): ``launch.py --dry-run`` prints it, and the system creates its actors
-from it. On one node the GPUs are laid out in order: inference replicas first, then the learner
-GPUs; on each learner GPU the teacher and the student learner share one base copy (0.5 GPU each).
+from it. The GPUs are numbered in order: inference replicas first, then the learner GPUs; on each
+learner GPU the teacher and the student learner share one base copy (0.5 GPU each). The numbers are the
+plan's, not a node's: on a cluster Ray puts each replica (its ``tp`` GPUs together) and each learner GPU
+(one placement-group bundle, so the pair shares a node and a GPU) on any node with room.
 Colocated (``resources.colocated``): GPU g holds inference replica g (0.5 of it) and learner pair g
 (0.25 each); the fractions only make Ray put the three on one GPU, whose memory they share in turn
 (``planning.memory_plan``), and each GPU is one placement-group bundle holding all of them.
@@ -89,14 +91,31 @@ class PlacementPlan:
             fits = have + 1e-9 >= amount
             ok &= fits
             lines.append(f"{key}: need {amount:g}, have {have:g} ({'ok' if fits else 'NOT ENOUGH'})")
-        gpu_nodes = [n.get("GPU", 0) for n in cluster.nodes]
-        gpu_need = need.get("GPU", 0)
-        if gpu_need and max(gpu_nodes, default=0) < gpu_need:
-            lines.append(
-                f"the plan lays out {gpu_need:g} GPUs on one node; the largest node has {max(gpu_nodes, default=0):g}"
-            )
-            ok = False
+        if need.get("GPU", 0):
+            fits, line = self.gpus_per_node([n.get("GPU", 0) for n in cluster.nodes])
+            ok &= fits
+            lines.append(line)
         return ok, lines
+
+    def gpus_per_node(self, node_gpus: list[float]) -> tuple[bool, str]:
+        """Whether the GPU actors can be laid out on nodes with these GPU counts, and a line saying how.
+
+        Each engine replica takes its ``tp`` GPUs on one node, each learner GPU (its teacher/student pair) one
+        GPU of one node. With replicas of equal size a node holds ``floor(G_n / tp)`` of them whatever the
+        others do, so the replicas fit iff ``R <= sum_n floor(G_n / tp)``; the learner GPUs, one each, then
+        fit in any GPUs left (the total, checked beside)."""
+        replicas = [a for a in self.by_role("inference") if a.num_gpus]
+        tp = int(replicas[0].num_gpus) if replicas else 1
+        room = sum(int(g + 1e-9) // tp for g in node_gpus)
+        learner_gpus = len({a.gpu_ids[0] for a in self.actors if a.role.startswith("learner") and a.gpu_ids})
+        gpu_nodes = [g for g in node_gpus if g > 0]
+        where = ("no node with GPUs" if not gpu_nodes else f"one GPU node ({gpu_nodes[0]:g} GPUs)" if len(gpu_nodes) == 1
+                 else f"{len(gpu_nodes)} GPU nodes ({', '.join(f'{g:g}' for g in gpu_nodes)} GPUs)")
+        if len(replicas) > room:
+            return False, (f"GPU per node: {len(replicas)} engine replicas of tensor_parallel_size {tp} need {tp} GPUs "
+                           f"on one node each; {where}: room for {room} (NOT ENOUGH)")
+        return True, (f"GPU per node: {len(replicas)} engine replica(s) of {tp} GPU(s) and {learner_gpus} learner "
+                      f"GPU(s) on {where}, each replica and each learner pair on one node (ok)")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -38,7 +38,7 @@ class RunPlan:
         many CPUs as the plan asks for (``actors.cluster.connect``), so only its GPUs can fall short."""
         if self.resources_fit:
             return []
-        short = [line for line in self.resource_lines if "NOT ENOUGH" in line or "largest node" in line]
+        short = [line for line in self.resource_lines if "NOT ENOUGH" in line]
         if not self.view.source.startswith("Ray cluster"):
             short = [line for line in short if not line.startswith("CPU:")]
         return short
@@ -78,10 +78,12 @@ def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | N
         plan.time_problem, plan.time_input_error = str(exc), True
         return plan
     layout = config_layout(config)
-    if layout.gpus > described.gpus_per_node:
-        plan.time_problem = (f"layout {layout.name} needs {layout.gpus} GPUs on one node; the described cluster {described} "
-                             f"has {described.gpus_per_node} per node: lower resources.inference_gpus / "
-                             "resources.learner_gpus or describe a larger node (--cluster, plan.gpus_per_node)")
+    if layout.gpus > described.gpus or layout.tp > described.gpus_per_node:
+        engine = f" ({layout.tp} on one node for each engine)" if layout.tp > 1 else ""
+        plan.time_problem = (f"layout {layout.name} needs {layout.gpus} GPUs{engine}; the described cluster {described} "
+                             f"has {described.gpus} ({described.gpus_per_node} per node): "
+                             "lower resources.inference_gpus / resources.learner_gpus / resources.tensor_parallel_size "
+                             "or describe a larger cluster (--cluster, plan.nodes, plan.gpus_per_node)")
     kind = kinds.get(described.kind)
     capacity = (int(config.resources.gpu_memory_gib * GiB) if config.resources.gpu_memory_gib
                 else int((kind.memory_gib if kind else 80.0) * GiB))

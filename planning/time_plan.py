@@ -613,8 +613,8 @@ def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengt
     """Plan the configured layout and every candidate of ``cluster``; recommend the fastest that runs.
 
     ``unfit(layout)`` says why a layout does not fit memory (None when it fits: the memory plan's verdict). A
-    layout wider than a node is planned but not runnable yet, and a colocated one that fits is not recommended
-    while :data:`COLOCATED_NOT_RUN` stands (each said so in the table)."""
+    layout wider than a node runs across the cluster's nodes (only an engine's tp GPUs must share one), and a
+    colocated one that fits is not recommended while :data:`COLOCATED_NOT_RUN` stands (said so in the table)."""
     current = plan_time(config, dims, config_layout(config) if cluster.gpus else Layout(0, 0), cluster, lengths,
                         kinds, host, checkpointing)
     candidates = []
@@ -623,8 +623,8 @@ def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengt
         why = None
         if layout.colocated and layout.tp > 1:
             why = "not runnable yet: a colocated replica with tensor parallelism is not built"
-        elif layout.gpus > cluster.gpus_per_node:
-            why = "not runnable yet: one population across several nodes is not built"
+        elif layout.tp > cluster.gpus_per_node:
+            why = f"an engine's {layout.tp} tensor-parallel GPUs must be on one node"
         elif plan.missing:
             why = "constants missing: " + "; ".join(plan.missing)
         else:

@@ -19,14 +19,20 @@ def test_cluster_yaml_passes_rays_schema():
     validate_config(config)  # jsonschema against ray/autoscaler/ray-schema.json + Ray's own checks
 
 
-def test_head_has_eight_gpus_and_workers_carry_the_verifier_resource():
+def test_head_has_eight_gpus_and_workers_carry_the_verifier_resource_or_gpus():
     config = load()
     types = config["available_node_types"]
     head = types[config["head_node_type"]]
     assert head["resources"]["GPU"] == 8
-    workers = [t for name, t in types.items() if name != config["head_node_type"]]
-    assert workers and all(t["resources"].get("verifier", 0) > 0 and not t["resources"].get("GPU") for t in workers)
-    assert any(t["max_workers"] > t.get("min_workers", 0) for t in workers)  # they autoscale
+    workers = {name: t for name, t in types.items() if name != config["head_node_type"]}
+    verifiers = [t for t in workers.values() if t["resources"].get("verifier", 0) > 0]
+    gpus = [t for t in workers.values() if t["resources"].get("GPU", 0) > 0]
+    assert verifiers and all(not t["resources"].get("GPU") for t in verifiers)
+    assert any(t["max_workers"] > t.get("min_workers", 0) for t in verifiers)  # they autoscale
+    # a GPU worker type for one population across several nodes: no verifier resource, the GPU install
+    assert gpus and all(t["resources"]["GPU"] == 8 and t["resources"].get("verifier", 0) == 0 for t in gpus)
+    assert all(any("install.sh gpu" in c for c in t["worker_setup_commands"]) for t in gpus)
+    assert config["max_workers"] >= sum(t["max_workers"] for t in workers.values())
 
 
 def test_setup_commands_install_the_project():

@@ -48,10 +48,40 @@ def test_missing_gpus_and_verifier_fallback_are_reported(paper):
     assert any(line.startswith("GPU: need 8") and "NOT ENOUGH" in line for line in lines)
 
 
-def test_gpus_split_over_two_nodes_do_not_fit_one_node_layout(paper):
+def test_the_paper_layout_fits_two_nodes_of_four_gpus(paper):
     nodes = [{"CPU": 200.0, "GPU": 4.0}, {"CPU": 200.0, "GPU": 4.0}]
     ok, lines = plan_placement(paper).check(ClusterView({"CPU": 400.0, "GPU": 8.0}, nodes, "two nodes"))
-    assert not ok and any("largest node has 4" in line for line in lines)
+    assert ok, lines
+    assert any(line.startswith("GPU per node:") and "2 GPU nodes (4, 4 GPUs)" in line and "(ok)" in line for line in lines)
+
+
+def layout(paper, inference: int, learners: int, tp: int = 1):
+    return paper.model_copy(update={"resources": paper.resources.model_copy(update={
+        "inference_gpus": inference, "learner_gpus": learners, "tensor_parallel_size": tp})})
+
+
+@pytest.mark.parametrize("node_gpus", [[8.0], [4.0, 4.0], [2.0, 2.0, 2.0, 2.0]], ids=["one node", "two nodes", "four nodes"])
+def test_every_split_of_eight_gpus_fits_one_node_or_several(paper, node_gpus):
+    nodes = [{"CPU": 200.0, "GPU": g} for g in node_gpus]
+    view = ClusterView({"CPU": 200.0 * len(nodes), "GPU": 8.0}, nodes, "test")
+    for tp in (1, 2):
+        for inference in range(0, 9, tp):
+            ok, lines = plan_placement(layout(paper, inference, 8 - inference, tp)).check(view)
+            assert ok, (inference, tp, lines)
+
+
+def test_an_engine_wider_than_every_node_does_not_fit(paper):
+    """Two replicas of tensor_parallel_size 4 on four nodes of 2 GPUs: 8 GPUs in all, none holds a replica."""
+    nodes = [{"CPU": 200.0, "GPU": 2.0} for _ in range(4)]
+    plan = plan_placement(layout(paper, 8, 0, 4))
+    ok, lines = plan.check(ClusterView({"CPU": 800.0, "GPU": 8.0}, nodes, "four nodes"))
+    assert not ok
+    short = [line for line in lines if "NOT ENOUGH" in line]
+    assert len(short) == 1 and "2 engine replicas of tensor_parallel_size 4 need 4 GPUs on one node each" in short[0]
+    assert "4 GPU nodes (2, 2, 2, 2 GPUs): room for 0" in short[0]
+    # one node of 4 more holds one of them, not both
+    ok, lines = plan.check(ClusterView({"CPU": 1000.0, "GPU": 12.0}, nodes + [{"CPU": 200.0, "GPU": 4.0}], "five"))
+    assert not ok and any("room for 1 (NOT ENOUGH)" in line for line in lines)
 
 
 def test_tiny_plan_is_cpu_only_and_fits_two_cores():
