@@ -54,7 +54,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.time_plan import MEASURED_AS, compare  # noqa: E402
+from bench.time_plan import compare, fold  # noqa: E402
 from configs import PRESETS_DIR, load_config  # noqa: E402
 from planning.memory_plan import load_model_dims  # noqa: E402
 from planning.time_plan import (  # noqa: E402
@@ -132,16 +132,8 @@ def run_tiny(run_dir: Path, overrides: list[str], pin: bool) -> tuple[list[dict[
     return RunDirectory(run_dir).read_metrics(), pids
 
 
-def folded(seconds: dict[str, float]) -> dict[str, float]:
-    """Recorded phases under the plan's names (``match`` and ``record`` are its ``league``)."""
-    out: dict[str, float] = {}
-    for name, s in seconds.items():
-        out[MEASURED_AS.get(name, name)] = out.get(MEASURED_AS.get(name, name), 0.0) + s
-    return out
-
-
 def generation_seconds(row: dict[str, Any]) -> float:
-    phases = folded(row["phase_seconds"])
+    phases = fold(row["phase_seconds"])
     return sum(phases.get(p, 0.0) for p in GENERATION_PHASES)
 
 
@@ -171,7 +163,7 @@ def window(rows: list[dict[str, Any]], add_first_generation: bool) -> dict[str, 
 
 def measured(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """``rows``: steps 2..N of one run."""
-    mean = folded(measured_phase_seconds(rows[:-1]))
+    mean = fold(measured_phase_seconds(rows[:-1]))
     return {"steady": window(rows[:-1], add_first_generation=False), "run": window(rows, add_first_generation=True),
             "generation_s": round(sum(mean.get(p, 0.0) for p in GENERATION_PHASES), 3),
             "train_s": round(mean.get("train", 0.0), 3), "phases": {k: round(v, 3) for k, v in mean.items()}}
