@@ -79,8 +79,7 @@ class PhaseTimer:
 def drains_after(config: Config, step: int, last_step: int) -> bool:
     """Whether step ``step + 1`` waits for update ``step`` before it generates (see the module docstring):
     always in a serial run; in an overlapped one after a checkpoint step, an evolution step and the last step."""
-    evolves = config.evolution.enabled and step % config.evolution.period == 0
-    return config.run.max_staleness == 0 or step >= last_step or step % config.run.checkpoint_every == 0 or evolves
+    return config.run.max_staleness == 0 or config.overlap_drains_after(step, last_step)
 
 
 @dataclass

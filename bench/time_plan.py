@@ -36,11 +36,17 @@ STEP_GOAL, PHASE_GOAL, PHASE_FLOOR_S = 1.25, 1.5, 0.5
 MEASURED_AS = {"match": "league", "record": "league"}  # recorded phase -> the plan's phase
 
 
+def fold(seconds: dict[str, float]) -> dict[str, float]:
+    """Recorded phases under the plan's names (``match`` and ``record`` are its ``league``)."""
+    out: dict[str, float] = {}
+    for name, s in seconds.items():
+        out[MEASURED_AS.get(name, name)] = out.get(MEASURED_AS.get(name, name), 0.0) + s
+    return out
+
+
 def compare(planned: dict[str, float], measured: dict[str, float]) -> dict:
     """Per phase measured / planned and the goal's verdict (module docstring)."""
-    folded: dict[str, float] = {}
-    for name, seconds in measured.items():
-        folded[MEASURED_AS.get(name, name)] = folded.get(MEASURED_AS.get(name, name), 0.0) + seconds
+    folded = fold(measured)
     phases = {}
     for name in sorted(set(planned) | set(folded)):
         m, p = folded.get(name, 0.0), planned.get(name, 0.0)

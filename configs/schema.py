@@ -415,6 +415,14 @@ class Config(Section):
             )
         return self
 
+    def overlap_drains_after(self, step: int, last_step: int) -> bool:
+        """Whether an overlapped run (``run.max_staleness: 1``) lets its pipeline drain after ``step``: after a
+        checkpoint step, an evolution step and the last step, step + 1 is generated only after update ``step``
+        is published. The one rule of the loop (``actors.loop.drains_after``) and the time plan
+        (``planning.time_plan.drained_steps``)."""
+        evolves = self.evolution.enabled and step % self.evolution.period == 0
+        return step >= last_step or step % self.run.checkpoint_every == 0 or evolves
+
     @model_validator(mode="after")
     def _overlap_is_possible(self) -> "Config":
         """``run.max_staleness: 1`` needs the importance correction and generation and training on separate devices

@@ -205,12 +205,10 @@ class Overlap:
 
 def drained_steps(config: Any, steps: int) -> int:
     """How many of steps 1..``steps`` an overlapped run drains after: checkpoint steps, evolution steps and the
-    last step (the rule of ``actors.loop.drains_after``; tests/test_time_plan_overlap.py holds the two equal)."""
+    last step (``Config.overlap_drains_after``, the rule the loop follows)."""
     if steps < 1:
         raise ValueError(f"steps {steps} must be at least 1")
-    evolves = config.evolution.enabled
-    return sum(1 for t in range(1, steps + 1)
-               if t == steps or t % config.run.checkpoint_every == 0 or (evolves and t % config.evolution.period == 0))
+    return sum(1 for t in range(1, steps + 1) if config.overlap_drains_after(t, steps))
 
 
 @dataclass
