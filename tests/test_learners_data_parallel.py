@@ -53,9 +53,10 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def make_learner(path, loss: PGConfig, update: UpdateConfig, grad_clip: float | None = 0.05) -> PolicyLearner:
-    base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    model = MultiLoRAModel(base, LoRASpec(rank=4, alpha=8, num_slots=SLOTS), init_b_std=0.05, seed=0)
+def make_learner(path, loss: PGConfig, update: UpdateConfig, grad_clip: float | None = 0.05,
+                 device: str = "cpu") -> PolicyLearner:
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    model = MultiLoRAModel(base, LoRASpec(rank=4, alpha=8, num_slots=SLOTS), init_b_std=0.05, seed=0, device=device)
     return PolicyLearner(model, AdapterOptimizers(model, lr=LR, grad_clip=grad_clip), loss, update, PAD)
 
 
@@ -240,3 +241,36 @@ def test_each_replica_taking_its_share_of_all_samples_is_the_same_step(tiny_qwen
         assert_replicas_equal_reference(reference, replicas)
     with pytest.raises(ValueError, match="the index must be in 0..1"):
         replicas[0].share_of(samples, 2, 2)
+
+
+def through_the_object_store(grads: SlotGradients) -> SlotGradients:
+    """What Ray does to a share's gradients between two actors: pickle protocol 5, buffers mapped read-only."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(grads, protocol=5, buffer_callback=buffers.append)
+    return pickle.loads(data, buffers=[memoryview(b).toreadonly() for b in buffers])
+
+
+@pytest.mark.parametrize("device", [
+    "cpu",
+    pytest.param("cuda", marks=[pytest.mark.gpu,
+                                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]),
+])
+def test_replicas_on_a_device_exchanging_through_the_object_store_take_one_learners_step(tiny_qwen2, device):
+    """The data-parallel actors' sequence on ``device`` (on CUDA: learners on the GPU, gradients exported to the
+    CPU, pickled as the object store does, summed there and imported back): two steps with epochs = 2 equal
+    one learner's steps on the same device (lr / 50), the replicas bit-identical, their adapters on ``device``."""
+    loss, update = PPO
+    reference = make_learner(tiny_qwen2, loss, update, device=device)
+    replicas = [make_learner(tiny_qwen2, loss, update, device=device) for _ in range(2)]
+    vocab = reference.model.config.vocab_size
+    for seed, slots in ((8, [0, 1, 1, 2]), (9, [1, 2, 1, 1])):
+        samples = draw_samples(vocab, seed, slots)
+        want = reference.step(samples)
+        shares = [replica.share_of(samples, k, 2) for k, replica in enumerate(replicas)]
+        for _ in range(update.epochs):
+            parts = [through_the_object_store(share.gradients()) for share in shares]
+            assert all(g.device.type == "cpu" for part in parts for g in part.grads.values())
+            got = [replica.apply_gradients(sum_gradients(parts)) for replica in replicas][0]
+        assert_stats_close(got, want)
+        assert_replicas_equal_reference(reference, replicas)
+    assert all(p.device.type == device for slot in range(SLOTS) for p in replicas[0].model.slot_parameters(slot))
