@@ -190,6 +190,7 @@ def test_vllm_sleep_frees_the_gpu_and_wakes_with_its_adapters(tiny_qwen2, tmp_pa
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
+    pytest.importorskip("vllm", reason="needs vLLM (bench/gpu_check.py's machine has none)")
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 

@@ -124,7 +124,9 @@ def cuda_learner_process(handle: dict, out: mp.Queue) -> None:
     allocated = torch.cuda.memory_allocated()
     with torch.no_grad():
         logits = model(torch.tensor(IDS, device="cuda")).logits.cpu()
-    out.put({"allocated_before_forward": allocated, "logits": logits})
+    # As numpy: a torch tensor goes through the queue as a shared-memory fd that this process must still serve when
+    # the parent reads it, and it may have exited by then (the parent's read then fails: connection reset).
+    out.put({"allocated_before_forward": allocated, "logits": logits.numpy()})
 
 
 @pytest.mark.gpu
@@ -146,5 +148,5 @@ def test_cuda_ipc_base_is_mapped_not_copied(tiny_qwen2, shm_dir):
     reference = AutoModelForCausalLM.from_pretrained(tiny_qwen2, dtype=torch.float32).cuda().eval()
     with torch.no_grad():
         expected = reference(torch.tensor(IDS, device="cuda")).logits.cpu()
-    torch.testing.assert_close(report["logits"], expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.from_numpy(report["logits"]), expected, atol=1e-5, rtol=0)
     assert report["allocated_before_forward"] < read_manifest(base_dir)["bytes"] / 10, "the learner copied the base"
