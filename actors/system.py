@@ -146,7 +146,7 @@ class System:
             inference = [
                 InferenceActor.options(**actor_options(plan, replica, groups, pinned)).remote(
                     cfg.inference.backend, model_path, max_adapters=len(members), max_lora_rank=cfg.lora.rank,
-                    dtype=cfg.model.dtype, max_model_len=cfg.model.max_seq_len, engine_args=cfg.inference.vllm_engine_args,
+                    dtype=cfg.model.dtype, max_model_len=cfg.model.max_seq_len, engine_args=cfg.vllm_engine_args(),
                     seed=cfg.run.seed, target_modules=tuple(cfg.lora.target_modules),
                     sleep_mode=cfg.resources.colocated,
                 )

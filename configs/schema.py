@@ -415,6 +415,27 @@ class Config(Section):
             )
         return self
 
+    def vllm_engine_args(self) -> dict[str, Any]:
+        """The keyword arguments each vLLM engine replica gets: ``inference.vllm_engine_args`` plus, with
+        ``resources.tensor_parallel_size`` > 1, that size and the multiprocessing executor (the replica's actor
+        already holds its tp GPUs; vLLM's Ray executor would ask Ray for tp more, vllm-project/vllm#30016), unless
+        the user chose an executor."""
+        args = dict(self.inference.vllm_engine_args)
+        tp = self.resources.tensor_parallel_size
+        if tp > 1:
+            args["tensor_parallel_size"] = tp
+            args.setdefault("distributed_executor_backend", "mp")
+        return args
+
+    @model_validator(mode="after")
+    def _parallelism_set_once(self) -> "Config":
+        if "tensor_parallel_size" in self.inference.vllm_engine_args:
+            raise ValueError(
+                "inference.vllm_engine_args.tensor_parallel_size: set resources.tensor_parallel_size instead (the "
+                "placement gives each engine replica that many GPUs and passes the size to vLLM)"
+            )
+        return self
+
     def overlap_drains_after(self, step: int, last_step: int) -> bool:
         """Whether an overlapped run (``run.max_staleness: 1``) lets its pipeline drain after ``step``: after a
         checkpoint step, an evolution step and the last step, step + 1 is generated only after update ``step``

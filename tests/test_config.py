@@ -105,6 +105,23 @@ def test_data_parallel_needs_two_learner_gpus(gpus):
     assert load_config(None, ["rl.data_parallel=true", "resources.learner_gpus=2"]).rl.data_parallel
 
 
+def test_tensor_parallelism_reaches_vllm_once(monkeypatch):
+    """resources.tensor_parallel_size is what each engine replica's vLLM gets (with the multiprocessing executor:
+    the replica's actor already holds the GPUs), the user's own executor kept; set in vllm_engine_args it is an error."""
+    monkeypatch.setenv("POPULORA_MODEL", "/models/qwen")
+    preset = PRESETS_DIR / "qwen2.5-7b-4t4s.yaml"
+    config = load_config(preset)
+    assert config.resources.tensor_parallel_size == 1
+    assert config.vllm_engine_args() == config.inference.vllm_engine_args
+    config = load_config(preset, ["resources.tensor_parallel_size=2"])
+    assert config.vllm_engine_args() == {**config.inference.vllm_engine_args, "tensor_parallel_size": 2,
+                                         "distributed_executor_backend": "mp"}
+    config = load_config(preset, ["resources.tensor_parallel_size=2", "inference.vllm_engine_args.distributed_executor_backend=ray"])
+    assert config.vllm_engine_args()["distributed_executor_backend"] == "ray"
+    with pytest.raises(ConfigError, match=r"inference.vllm_engine_args.tensor_parallel_size: set resources.tensor_parallel_size"):
+        load_config(preset, ["inference.vllm_engine_args.tensor_parallel_size=2"])
+
+
 def test_an_unknown_required_defence_is_an_error_at_load():
     with pytest.raises(ConfigError, match=r"unknown defence\(s\) \['no_netwrok'\]; known: .*no_network"):
         load_config(None, ["verifier.require=[seccomp, no_netwrok]"])
