@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -347,6 +348,22 @@ class DeviceRow:
         return self.capacity - self.need
 
 
+def span_devices(devices: list[str]) -> str:
+    """Rows' device names, consecutive GPUs with the same part folded: ["GPU 0 generating", "GPU 1 generating",
+    "GPU 4"] -> "GPU 0-1 generating, GPU 4" (eight replicas would otherwise be named one by one)."""
+    runs: list[list] = []  # [first, last, rest] or [name]
+    for name in devices:
+        match = re.fullmatch(r"GPU (\d+)(.*)", name)
+        if match and runs and len(runs[-1]) == 3 and runs[-1][2] == match[2] and runs[-1][1] + 1 == int(match[1]):
+            runs[-1][1] += 1
+        elif match:
+            runs.append([int(match[1]), int(match[1]), match[2]])
+        else:
+            runs.append([name])
+    return ", ".join(run[0] if len(run) == 1 else f"GPU {run[0]}{'' if run[0] == run[1] else f'-{run[1]}'}{run[2]}"
+                     for run in runs)
+
+
 @dataclass
 class MemoryPlan:
     rows: list[DeviceRow]
@@ -367,7 +384,7 @@ class MemoryPlan:
         for r in self.rows:
             if r.checked and r.headroom < 0:
                 groups.setdefault(f"needs {r.need / GiB:.1f} GiB of {r.capacity / GiB:.1f} GiB: {r.knob}", []).append(r.device)
-        return "memory: does not fit: " + "; ".join(f"{', '.join(devices)} {message}" for message, devices in groups.items())
+        return "memory: does not fit: " + "; ".join(f"{span_devices(devices)} {message}" for message, devices in groups.items())
 
     def render(self) -> str:
         lines = [f"# memory plan (GPU capacity: {self.capacity_source}; "

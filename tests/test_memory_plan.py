@@ -168,7 +168,7 @@ def test_too_large_micro_batch_is_refused_naming_the_knob(qwen7b_dir):
     assert not refused.fits
     verdict = refused.verdict()
     assert verdict.startswith("memory: does not fit: ") and "rl.micro_batch_tokens" in verdict
-    assert "GPU 6" in verdict and "GPU 0" not in verdict
+    assert "GPU 4-7 needs" in verdict and "GPU 0" not in verdict  # the learner GPUs of 4+4, no engine GPU
 
 
 def test_40gb_gpus_are_refused_naming_the_knobs(qwen7b_dir):
@@ -358,3 +358,12 @@ def test_memory_bench_reads_an_oom_from_the_flag_when_the_kept_tail_lost_the_wor
                 "baseline": 23_108_218_880, "rel_error": 0.067}
     assert bench.judge([measured, row], 150_110_945_280)["within_goal"]
     assert not bench.judge([measured, {**row, "oom": False}], 150_110_945_280)["within_goal"]
+
+
+def test_a_verdict_folds_consecutive_gpus_of_one_message():
+    from planning.memory_plan import span_devices
+
+    assert span_devices(["GPU 0 generating", "GPU 1 generating", "GPU 2 generating", "GPU 4", "GPU 5", "GPU 7", "host"]) \
+        == "GPU 0-2 generating, GPU 4-5, GPU 7, host"
+    assert span_devices(["GPU 3 training", "GPU 4 generating"]) == "GPU 3 training, GPU 4 generating"
+    assert span_devices([]) == ""
