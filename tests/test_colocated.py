@@ -124,7 +124,7 @@ def test_an_engine_budget_too_large_for_its_gpus_learners_names_the_knob(qwen7b)
                     "inference.vllm_engine_args.max_num_seqs=96")
     plan = plan_memory(config, DIMS, plan_placement(config), 80 * GiB, HOST)
     verdict = plan.verdict()
-    assert not plan.fits and "GPU 0 generating" in verdict and "GPU 0 training" not in verdict
+    assert not plan.fits and "GPU 0-7 generating" in verdict and "training" not in verdict
     assert "lower inference.vllm_engine_args.gpu_memory_utilization to at most 0." in verdict
     cpu = load_config(None, ["resources.colocated=true"])
     host = plan_memory(cpu, DIMS, plan_placement(cpu), 80 * GiB, HOST).rows[-1]
