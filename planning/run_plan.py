@@ -78,7 +78,7 @@ def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | N
         plan.time_problem, plan.time_input_error = str(exc), True
         return plan
     layout = config_layout(config)
-    if layout.gpus > described.gpus or (layout.inference and layout.tp > described.gpus_per_node):
+    if layout.gpus > described.gpus or layout.engine_wider_than(described.gpus_per_node):
         engine = f" ({layout.tp} on one node for each engine)" if layout.tp > 1 else ""
         plan.time_problem = (f"layout {layout.name} needs {layout.gpus} GPUs{engine}; the described cluster {described} "
                              f"has {described.gpus} ({described.gpus_per_node} per node): "

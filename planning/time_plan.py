@@ -138,6 +138,11 @@ class Layout:
     def replicas(self) -> int:
         return max(1, self.inference // self.tp)
 
+    def engine_wider_than(self, gpus_per_node: int) -> bool:
+        """Whether an engine replica's ``tp`` GPUs, which must share one node, exceed ``gpus_per_node`` (a layout with
+        no engine GPU has none to place)."""
+        return self.inference > 0 and self.tp > gpus_per_node
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -621,7 +626,7 @@ def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengt
         why = None
         if layout.colocated and layout.tp > 1:
             why = "not runnable yet: a colocated replica with tensor parallelism is not built"
-        elif layout.tp > cluster.gpus_per_node:
+        elif layout.engine_wider_than(cluster.gpus_per_node):
             why = f"an engine's {layout.tp} tensor-parallel GPUs must be on one node"
         elif plan.missing:
             why = "constants missing: " + "; ".join(plan.missing)

@@ -252,3 +252,12 @@ def test_from_run_replans_with_the_lengths_a_run_recorded(launch, qwen7b, tmp_pa
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "valid_rate": 0.5}) + "\n")
     old = launch(*qwen7b, "--from-run", str(run))
     assert old.returncode == 2 and "token counts" in old.stderr
+
+
+def test_only_an_engine_replica_must_fit_one_node():
+    """The one rule the dry run and the layout chooser share: a replica's tp GPUs on one node; a layout without an
+    engine GPU (the CPU layout, learners only) has nothing to fit."""
+    assert Layout(0, 0).engine_wider_than(0) is False
+    assert Layout(0, 8).engine_wider_than(0) is False
+    assert Layout(4, 4, tp=4).engine_wider_than(2) is True
+    assert Layout(8, 0, tp=2).engine_wider_than(2) is False
