@@ -194,6 +194,11 @@ class SharedPathError(RuntimeError):
     """Some node of the cluster cannot see the run directory or the model directory."""
 
 
+def model_config_digest(model_dir: str | Path) -> str:
+    """SHA-256 of the model directory's ``config.json`` (raises ``OSError`` where it cannot be read)."""
+    return hashlib.sha256((Path(model_dir) / "config.json").read_bytes()).hexdigest()
+
+
 def path_problems(run_dir: str, token: str, model_dir: str, config_digest: str) -> list[str]:
     """What this machine cannot see of the run: the run directory (the driver's token read back from
     ``PATH_CHECK_FILE``, proving it is the very directory the driver made, and a file written and removed
@@ -217,9 +222,8 @@ def path_problems(run_dir: str, token: str, model_dir: str, config_digest: str) 
             probe.unlink()
         except OSError as exc:
             problems.append(f"cannot write in the run directory {run_dir} (run.run_dir): {exc.strerror or exc}")
-    config = Path(model_dir) / "config.json"
     try:
-        digest = hashlib.sha256(config.read_bytes()).hexdigest()
+        digest = model_config_digest(model_dir)
     except OSError:
         problems.append(f"cannot see the model directory {model_dir} (model.path): no readable config.json there")
     else:
@@ -245,7 +249,7 @@ def check_shared_paths(run_dir: Path, model_dir: str, timeout_s: float = 120.0) 
     token = secrets.token_hex(16)
     marker.write_text(token)
     try:
-        digest = hashlib.sha256((Path(model_dir) / "config.json").read_bytes()).hexdigest()
+        digest = model_config_digest(model_dir)
         calls = {path_problems_on_node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                  .remote(str(Path(run_dir).resolve()), token, str(Path(model_dir).resolve()), digest): n for n in nodes}
         ready, late = ray.wait(list(calls), num_returns=len(calls), timeout=timeout_s)

@@ -351,17 +351,17 @@ class DeviceRow:
 def span_devices(devices: list[str]) -> str:
     """Rows' device names, consecutive GPUs with the same part folded: ["GPU 0 generating", "GPU 1 generating",
     "GPU 4"] -> "GPU 0-1 generating, GPU 4" (eight replicas would otherwise be named one by one)."""
-    runs: list[list] = []  # [first, last, rest] or [name]
+    runs: list[list] = []  # [first GPU, last GPU, the rest of the name]; a name that is no GPU: [None, None, name]
     for name in devices:
         match = re.fullmatch(r"GPU (\d+)(.*)", name)
-        if match and runs and len(runs[-1]) == 3 and runs[-1][2] == match[2] and runs[-1][1] + 1 == int(match[1]):
-            runs[-1][1] += 1
-        elif match:
-            runs.append([int(match[1]), int(match[1]), match[2]])
+        gpu, rest = (int(match[1]), match[2]) if match else (None, name)
+        last = runs[-1] if runs else None
+        if gpu is not None and last and last[0] is not None and last[2] == rest and last[1] + 1 == gpu:
+            last[1] = gpu
         else:
-            runs.append([name])
-    return ", ".join(run[0] if len(run) == 1 else f"GPU {run[0]}{'' if run[0] == run[1] else f'-{run[1]}'}{run[2]}"
-                     for run in runs)
+            runs.append([gpu, gpu, rest])
+    return ", ".join(rest if first is None else f"GPU {first}{'' if first == end else f'-{end}'}{rest}"
+                     for first, end, rest in runs)
 
 
 @dataclass

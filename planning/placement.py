@@ -105,7 +105,7 @@ class PlacementPlan:
         others do, so the replicas fit iff ``R <= sum_n floor(G_n / tp)``; the learner GPUs, one each, then
         fit in any GPUs left (the total, checked beside)."""
         replicas = [a for a in self.by_role("inference") if a.num_gpus]
-        tp = len(replicas[0].gpu_ids) or 1 if replicas else 1  # GPUs a replica spans (colocated: a share of one)
+        tp = len(replicas[0].gpu_ids) if replicas else 1  # GPUs a replica spans (colocated: a share of one)
         room = sum(int(g + 1e-9) // tp for g in node_gpus)
         learner_gpus = len({a.gpu_ids[0] for a in self.actors if a.role.startswith("learner") and a.gpu_ids})
         gpu_nodes = [g for g in node_gpus if g > 0]
