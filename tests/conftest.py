@@ -9,9 +9,12 @@ Head dim is 64, a size every attention backend (vLLM CPU included) supports.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
+
+from short_runs import SHORT_RUN, Launched, launched
 
 # Ray started by any test binds loopback only.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -108,6 +111,26 @@ def tiny_qwen2_tied(tmp_path_factory) -> Path:
 def tiny_llama(tmp_path_factory) -> Path:
     """Directory of a tiny random LlamaForCausalLM + tokenizer."""
     return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny_llama"), arch="llama", seed=2)
+
+
+@pytest.fixture(scope="session")
+def short_run(tmp_path_factory) -> Launched:
+    """`launch.py --steps 2` with ``SHORT_RUN`` on the tiny test model, default terminal output: the run the
+    system, terminal-output and report tests each check their part of (one launch instead of one per file)."""
+    from tinycoder import ensure_model
+
+    ensure_model("test", progress=False)
+    run_dir = tmp_path_factory.mktemp("short_run") / "run"
+    return launched(run_dir, "--run-dir", str(run_dir), "--steps", "2", *SHORT_RUN)
+
+
+@pytest.fixture(scope="session")
+def short_run_resumed(short_run, tmp_path_factory) -> Launched:
+    """A copy of ``short_run`` resumed for one more step with ``--quiet`` (steps 1-3)."""
+    assert short_run.returncode == 0, short_run.stderr[-3000:]
+    run_dir = tmp_path_factory.mktemp("short_run_resumed") / "run"
+    shutil.copytree(short_run.run_dir, run_dir)
+    return launched(run_dir, "--resume", str(run_dir), "--steps", "1", "--quiet")
 
 
 @pytest.fixture(scope="module")

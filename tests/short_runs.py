@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,8 +19,10 @@ SHORT = [
     "evolution.protection_steps=1",
     "run.checkpoint_every=1",
     "verifier.actors=2",
+    "run.dashboard=false",
 ]
-"""Overrides of a run that takes seconds per step: few tasks and rollouts, short answers, evolution every 2 steps."""
+"""Overrides of a run that takes seconds per step: few tasks and rollouts, short answers, evolution every 2 steps,
+no dashboard process (~3 s of each launch on two cores; the shared short run keeps it, for the terminal test)."""
 
 
 def launch_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -25,3 +30,30 @@ def launch_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **(extra or {})}
     env.pop("RAY_ADDRESS", None)
     return env
+
+
+def launch(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `launch.py` with ``args`` to its end in a subprocess (``launch_env``), capturing what it prints."""
+    return subprocess.run([sys.executable, "launch.py", *args], cwd=ROOT, env=launch_env(env), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A finished `launch.py` run that several test files read: its directory and what it printed.
+    Tests treat ``run_dir`` as read-only (copy it to change it), since the next test reads it too."""
+
+    run_dir: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+SHORT_RUN = [*SHORT, "run.dashboard=true", "rl.teacher_learning_rate=3e-4"]
+"""The shared short run (conftest ``short_run``): ``SHORT`` with the dashboard a user gets and teachers at their own
+learning rate."""
+
+
+def launched(run_dir: Path, *args: str) -> Launched:
+    done = launch(*args)
+    return Launched(run_dir, done.returncode, done.stdout, done.stderr)

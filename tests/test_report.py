@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 from reporting.report import write_report
 from reporting.run_dir import RunDirectory
-from short_runs import ROOT, SHORT, launch_env
+from short_runs import ROOT, SHORT, launch
 from student_t import t975_by_integration
 
 FIGURES = ["compare.png", "complexity.png", "coverage.png", "lineage.png", "rates.png", "ratings.png"]
@@ -235,21 +236,17 @@ def test_report_states_how_each_run_stopped(tmp_path):
 # ---------------------------------------------------------------- real short runs
 
 @pytest.fixture(scope="module")
-def real_runs(tmp_path_factory) -> tuple[Path, Path]:
-    """A 3-step population run and a 3-step single-agent run on the tiny test model."""
-    from tinycoder import ensure_model
-
-    ensure_model("test", progress=False)
+def real_runs(short_run_resumed, tmp_path_factory) -> tuple[Path, Path]:
+    """A 3-step population run (a copy of the shared resumed run, conftest) and a 3-step single-agent run on the
+    tiny test model."""
+    assert short_run_resumed.returncode == 0, short_run_resumed.stderr[-3000:]
     root = tmp_path_factory.mktemp("report_runs")
-    runs = []
-    for name, config in (("population", "configs/tiny.yaml"), ("single", "configs/tiny-single.yaml")):
-        overrides = [o for o in SHORT if not o.startswith("evolution.")] if "single" in config else SHORT
-        out = subprocess.run([sys.executable, "launch.py", "--config", config, "--run-dir", str(root / name),
-                              "--steps", "3", *overrides], cwd=ROOT, env=launch_env(), capture_output=True, text=True,
-                             timeout=900)
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs.append(root / name)
-    return runs[0], runs[1]
+    shutil.copytree(short_run_resumed.run_dir, root / "population")
+    overrides = [o for o in SHORT if not o.startswith("evolution.")]
+    out = launch("--config", "configs/tiny-single.yaml", "--run-dir", str(root / "single"), "--steps", "3", *overrides,
+                 timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root / "population", root / "single"
 
 
 @pytest.mark.slow

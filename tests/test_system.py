@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from short_runs import ROOT, SHORT, launch_env
+from short_runs import ROOT, SHORT, launch
 
 from reporting.run_dir import RunDirectory
 
@@ -31,19 +31,13 @@ def tiny_model() -> Path:
     return ensure_model("test", progress=False)
 
 
-def launch(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "launch.py", *args], cwd=ROOT, env=launch_env(env), capture_output=True,
-                          text=True, timeout=timeout)
-
-
 def metrics(run_dir: Path) -> list[dict]:
     return RunDirectory(run_dir).read_metrics()
 
 
 @pytest.mark.slow
-def test_end_to_end_run_then_resume(tiny_model, tmp_path):
-    run_dir = tmp_path / "run"
-    first = launch("--run-dir", str(run_dir), "--steps", "2", *SHORT, "rl.teacher_learning_rate=3e-4")
+def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
+    first, run_dir = short_run, short_run.run_dir  # launch.py --steps 2 with SHORT_RUN (conftest)
     assert first.returncode == 0, first.stderr[-3000:]
     rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
@@ -82,17 +76,19 @@ def test_end_to_end_run_then_resume(tiny_model, tmp_path):
     untimed = [{k: v for k, v in row.items() if k != "phase_seconds"} for row in (rows[1], metrics(replay_dir)[1])]
     assert untimed[0] == untimed[1]
 
-    second = launch("--resume", str(run_dir), "--steps", "1")
+    second = short_run_resumed  # a copy of the run resumed from its latest checkpoint for one more step (--quiet)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "league state equal to the saved one" in second.stdout
-    assert [r["step"] for r in metrics(run_dir)] == [1, 2, 3]
-    resumed_members = {m["id"] for m in metrics(run_dir)[2]["members"]}
+    assert "league state equal to the saved one" in (second.run_dir / "logs" / "driver.log").read_text()
+    assert [r["step"] for r in metrics(second.run_dir)] == [1, 2, 3]
+    resumed_members = {m["id"] for m in metrics(second.run_dir)[2]["members"]}
     assert resumed_members == set(saved_league["roles"])  # the league continued from the saved state
 
-    report = subprocess.run([sys.executable, "-m", "reporting", str(run_dir)], cwd=ROOT, capture_output=True,
+    reported = tmp_path / "reported"
+    shutil.copytree(second.run_dir, reported)
+    report = subprocess.run([sys.executable, "-m", "reporting", str(reported)], cwd=ROOT, capture_output=True,
                             text=True, timeout=180)
     assert report.returncode == 0, report.stderr
-    assert len(list((run_dir / "plots").glob("*.png"))) == 5
+    assert len(list((reported / "plots").glob("*.png"))) == 5
 
 
 def free_port() -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from actors.cluster import dashboard_lines, dashboard_missing, token_source
-from short_runs import ROOT, SHORT, launch_env
+from short_runs import ROOT, SHORT, launch, launch_env
 
 ACTOR_LOGS = {"inference.log", "learner-teacher.log", "learner-student.log", "league.log", "verifier-0.log",
               "verifier-1.log"}
@@ -29,11 +29,6 @@ def tiny_model() -> Path:
     from tinycoder import ensure_model
 
     return ensure_model("test", progress=False)
-
-
-def launch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "launch.py", *args], cwd=ROOT, env=launch_env(), capture_output=True,
-                          text=True, timeout=600)
 
 
 def local_token() -> bytes | None:
@@ -75,6 +70,8 @@ def test_dashboard_lines_without_auth_remote_and_missing():
     remote = dashboard_lines("10.0.0.5:8265", token_auth=True, remote=True, env={})
     assert "head node" in remote[0] and "ssh -L 8265:localhost:8265 <head node>" in remote[0]
     assert "`ray get-auth-token` prints on the head node" in remote[1]
+    (off,) = dashboard_lines(None, token_auth=True, remote=False, off=True)
+    assert off.startswith("dashboard: not running: run.dashboard=false.") and "metrics.jsonl" in off
     (missing,) = dashboard_lines(None, token_auth=True, remote=False, missing="No module named 'aiohttp'")
     assert missing.startswith("dashboard: not running") and "ray[default]" in missing and "aiohttp" in missing
     assert dashboard_lines("", token_auth=False, remote=True, env={})[0].startswith("dashboard: not running")
@@ -159,9 +156,8 @@ def test_the_printed_dashboard_asks_for_the_token_ray_get_auth_token_prints(tmp_
 
 
 @pytest.mark.slow
-def test_default_run_then_quiet_resume(tiny_model, tmp_path):
-    run_dir = tmp_path / "run"
-    first = launch("--run-dir", str(run_dir), "--steps", "2", *SHORT)
+def test_default_run_then_quiet_resume(short_run, short_run_resumed):
+    first, run_dir = short_run, short_run.run_dir  # launch.py --steps 2, default output (conftest)
     assert first.returncode == 0, first.stderr[-3000:]
     out = first.stdout
     assert "[populora] dashboard: http://127.0.0.1:" in out or "[populora] dashboard: not running" in out
@@ -183,17 +179,17 @@ def test_default_run_then_quiet_resume(tiny_model, tmp_path):
     driver_log = (logs / "driver.log").read_text()
     assert "step    2/2" in driver_log and "dashboard" in driver_log
 
-    quiet = launch("--resume", str(run_dir), "--steps", "1", "--quiet")
+    quiet = short_run_resumed  # a copy of the run resumed with --quiet for one more step
     assert quiet.returncode == 0, quiet.stderr[-3000:]
     lines = quiet.stdout.splitlines()
     assert lines[0].startswith("run finished: steps 3..3") and len(lines) == 1 + len(SUMMARY_KEYS), quiet.stdout
     assert quiet.stderr.strip() == "", quiet.stderr[-2000:]
-    assert "step    3/3" in (logs / "driver.log").read_text()  # the progress still goes to the log
+    assert "step    3/3" in (quiet.run_dir / "logs" / "driver.log").read_text()  # the progress still goes to the log
 
     token = local_token()
     if token is None:
         pytest.skip("no Ray token on this machine to look for (token authentication off)")
-    leaks = files_holding(token, run_dir)
+    leaks = files_holding(token, run_dir) + files_holding(token, quiet.run_dir)
     assert not leaks, f"the Ray token is written in {leaks}"
     in_terminal = [name for name, text in (("stdout", out), ("stderr", first.stderr), ("quiet stdout", quiet.stdout))
                    if token.decode() in text]

@@ -5,17 +5,14 @@ identically. Skipped where vLLM does not import; `bash install.sh cpu-vllm` inst
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from inference import vllm_available
 from reporting.run_dir import RunDirectory
-from short_runs import ROOT, SHORT, launch_env
+from short_runs import SHORT, launch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -32,11 +29,6 @@ def tiny_model() -> Path:
     return ensure_model("test", progress=False)
 
 
-def launch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "launch.py", *args], cwd=ROOT, env=launch_env(), capture_output=True,
-                          text=True, timeout=900)
-
-
 def untimed_rows(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in row.items() if k != "phase_seconds"} for row in RunDirectory(run_dir).read_metrics()]
 
@@ -45,7 +37,7 @@ def test_vllm_runs_the_loop_like_transformers_and_resumes(tiny_model, tmp_path):
     runs = {}
     for backend in ("vllm", "hf"):
         run_dir = tmp_path / backend
-        done = launch("--run-dir", str(run_dir), "--steps", "2", *GREEDY, f"inference.backend={backend}")
+        done = launch("--run-dir", str(run_dir), "--steps", "2", *GREEDY, f"inference.backend={backend}", timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
         runs[backend] = untimed_rows(run_dir)
     assert [r["step"] for r in runs["vllm"]] == [1, 2]
@@ -57,6 +49,6 @@ def test_vllm_runs_the_loop_like_transformers_and_resumes(tiny_model, tmp_path):
     replay_dir = tmp_path / "replay"
     shutil.copytree(tmp_path / "vllm", replay_dir)
     (replay_dir / "checkpoints" / "latest").write_text("step-1")
-    replay = launch("--resume", str(replay_dir), "--steps", "1")
+    replay = launch("--resume", str(replay_dir), "--steps", "1", timeout=900)
     assert replay.returncode == 0, replay.stderr[-3000:]
     assert untimed_rows(replay_dir) == runs["vllm"]
