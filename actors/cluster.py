@@ -78,15 +78,17 @@ def token_source(env: dict[str, str]) -> str:
 
 
 def dashboard_lines(url: str | None, token_auth: bool, remote: bool, missing: str | None = None,
-                    env: dict[str, str] | None = None) -> tuple[str, ...]:
+                    env: dict[str, str] | None = None, off: bool = False) -> tuple[str, ...]:
     """How to open the dashboard at ``url`` (``ray.init``'s ``dashboard_url``; None or empty: not running) and log
     in. ``token_auth``: the cluster enforces Ray's token authentication (its page then asks for the token that
     ``ray get-auth-token`` prints). ``remote``: a cluster this process attached to (RAY_ADDRESS, ``ray job
     submit``), whose dashboard is on its head node. ``missing``: why the dashboard cannot run here (ray
-    without its dashboard extra). The lines never hold the token itself."""
+    without its dashboard extra). ``off``: the config turned it off (``run.dashboard``). The lines never hold the
+    token itself."""
     env = dict(os.environ) if env is None else env
     if not url:
-        why = (f"ray is installed without its dashboard extra ({missing}); pip install 'ray[default]' adds it"
+        why = ("run.dashboard=false" if off
+               else f"ray is installed without its dashboard extra ({missing}); pip install 'ray[default]' adds it"
                if missing else "the cluster runs no dashboard")
         return (f"dashboard: not running: {why}. Progress is in this terminal, RUN_DIR/metrics.jsonl and "
                 "TensorBoard (RUN_DIR/tensorboard).",)
@@ -143,12 +145,14 @@ def route_actor_output(role: str) -> Path | None:
     return route_output(ray.get_runtime_context().get_actor_name() or f"{role}-{os.getpid()}")
 
 
-def connect(num_cpus_needed: float, log_dir: Path | None = None, forward_output: bool | None = None) -> Connection:
+def connect(num_cpus_needed: float, log_dir: Path | None = None, forward_output: bool | None = None,
+            dashboard: bool = True) -> Connection:
     """Attach to ``RAY_ADDRESS`` (set by ``ray job submit``) or start a local loopback-only cluster.
 
     ``log_dir``: the actors write their output to ``log_dir/<actor>.log`` and Ray forwards none of it to this
-    terminal; None keeps Ray's forwarding (``forward_output`` overrides either way). Returns what it connected
-    to and how to open the dashboard.
+    terminal; None keeps Ray's forwarding (``forward_output`` overrides either way). ``dashboard``: whether a
+    local cluster starts Ray's dashboard (``run.dashboard``). Returns what it connected to and how to open the
+    dashboard.
     """
     if ray.is_initialized():
         return Connection("the Ray session already running in this process", ())
@@ -169,15 +173,15 @@ def connect(num_cpus_needed: float, log_dir: Path | None = None, forward_output:
     context = ray.init(
         namespace=NAMESPACE,
         num_cpus=int(cpus + 0.999),
-        include_dashboard=missing is None,  # True without its dependencies would stop ray.init
+        include_dashboard=dashboard and missing is None,  # True without its dependencies would stop ray.init
         dashboard_host="127.0.0.1",
         logging_level="WARNING",
         log_to_driver=forward,
         runtime_env=runtime_env,
     )
-    url = context.dashboard_url if missing is None else None
+    url = context.dashboard_url if dashboard and missing is None else None
     return Connection(f"a local Ray cluster ({cpus:g} CPUs)",
-                      dashboard_lines(url, token_auth_enabled(), remote=False, missing=missing))
+                      dashboard_lines(url, token_auth_enabled(), remote=False, missing=missing, off=not dashboard))
 
 
 def gpu_standin() -> bool:

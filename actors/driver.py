@@ -277,7 +277,7 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
     owns_ray = not ray.is_initialized()
     forward = terminal.output == "verbose"
     connection = connect(plan.totals(verifier_on_workers=False)["CPU"], log_dir=None if forward else run.logs,
-                         forward_output=forward)
+                         forward_output=forward, dashboard=config.run.dashboard)
     terminal.say(f"connecting: {connection.description}")
     for line in connection.dashboard:
         terminal.say(line)
