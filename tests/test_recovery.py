@@ -2,9 +2,10 @@
 driver killed while it writes a checkpoint, a damaged checkpoint, and the clear errors users meet.
 
 The in-process runs share one Ray cluster (``ray_session``); ``train`` attaches to it and leaves it up.
-A fault-free reference run and one run per killed actor kind, 3 steps each on the tiny test model,
-evolution at step 2: a killed run must end with each step once in metrics.jsonl, a recovery record,
-and the same league state and adapters as the reference.
+A fault-free reference run and two faulty ones, 5 steps each on the tiny test model, evolution at steps 2 and 4:
+one run kills each actor kind in turn, one kills a learner and then its replacement. A killed run must end with
+each step once in metrics.jsonl, a recovery record per fault, and the same league state and adapters as the
+reference.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from configs import load_config
 from short_runs import ROOT, launch_env
 from short_runs import SHORT as BASE_SHORT
 
-SHORT = BASE_SHORT + ["run.steps=3"]
+STEPS = 5
+SHORT = BASE_SHORT + [f"run.steps={STEPS}"]
 CLASSES = {"LearnerActor", "InferenceActor", "LeagueActor", "VerifierActor"}
 OURS = ("populora-", ".populora-", "verifier-")  # what our actors put in /dev/shm
 
@@ -85,38 +87,41 @@ def starting_pid(name: str, not_pid: int) -> int | None:
     return None
 
 
-def run_in_process(run_dir: Path, kill: str | None = None, after_step: int = 1,
-                   kill_replacement: bool = False) -> tuple[int, set[int]]:
-    """Train 3 steps in this process; with ``kill``, SIGKILL that actor's process once step ``after_step``'s
-    row is in metrics.jsonl (``kill_replacement``: then also the process of the actor the recovery starts in
-    its place, as soon as it appears). Returns the exit code and every actor pid seen."""
+def run_in_process(run_dir: Path, kills: dict[int, str] | None = None, kill_replacement: bool = False,
+                   max_recoveries: int = 3) -> tuple[int, set[int]]:
+    """Train ``STEPS`` steps in this process; ``kills``: step -> actor whose process is SIGKILLed once that step's row
+    is in metrics.jsonl, in step order (``kill_replacement``, with one kill: then also the process of the actor the
+    recovery starts in its place, as soon as it appears). Returns the exit code and every actor pid seen."""
     from actors.driver import train
 
-    config = load_config(None, SHORT + [f"run.run_dir={run_dir}", "run.max_recoveries=2"])
+    config = load_config(None, SHORT + [f"run.run_dir={run_dir}", f"run.max_recoveries={max_recoveries}"])
+    kills = dict(sorted((kills or {}).items()))
     seen: set[int] = set()
     killed: list[int] = []
     done = threading.Event()
 
     def killer() -> None:
         metrics = run_dir / "metrics.jsonl"
-        while not done.is_set():
+        due = list(kills.items())
+        while not done.is_set() and due:
             rows = [json.loads(l) for l in metrics.read_text().splitlines()] if metrics.is_file() else []
-            if not killed and any(r.get("step") == after_step for r in rows):
-                pid = actor_pids().get(kill)
+            step, name = due[0]
+            if kill_replacement and killed:
+                pid = starting_pid(name, killed[0])
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    due.pop(0)
+            elif any(r.get("step") == step for r in rows):
+                pid = actor_pids().get(name)
                 if pid:
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
                     if not kill_replacement:
-                        return
-            elif killed:
-                pid = starting_pid(kill, killed[0])
-                if pid:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                    return
+                        due.pop(0)
             time.sleep(0.02)
 
-    thread = threading.Thread(target=killer, daemon=True) if kill else None
+    thread = threading.Thread(target=killer, daemon=True) if kills else None
     if thread:
         thread.start()
     try:
@@ -126,18 +131,26 @@ def run_in_process(run_dir: Path, kill: str | None = None, after_step: int = 1,
         done.set()
         if thread:
             thread.join()
-    if kill:
-        assert len(killed) == 1 + kill_replacement, f"{kill} was killed {len(killed)} time(s)"
+    assert len(killed) == len(kills) + kill_replacement, f"killed {len(killed)} process(es) for {kills}"
     return code, seen | set(killed)
 
 
 def final_state(run_dir: Path) -> tuple[dict, dict[str, bytes], list[dict]]:
-    checkpoint = run_dir / "checkpoints" / "step-3"
+    checkpoint = run_dir / "checkpoints" / f"step-{STEPS}"
     league = json.loads((checkpoint / "league.json").read_text())
     adapters = {p.relative_to(checkpoint).as_posix(): p.read_bytes()
                 for p in sorted((checkpoint / "learners").rglob("adapter_model.safetensors"))}
     rows = [{k: v for k, v in r.items() if k != "phase_seconds"} for r in RunDirectory(run_dir).read_metrics()]
     return league, adapters, rows
+
+
+def wait_gone(pids: set[int], before: set[str]) -> None:
+    """Every actor process of the run has exited and nothing of ours was left in /dev/shm."""
+    deadline = time.monotonic() + 30
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [p for p in pids if pid_alive(p)], "actor processes left behind"
+    assert shm_entries() <= before, f"left in /dev/shm: {shm_entries() - before}"
 
 
 @pytest.fixture(scope="module")
@@ -148,33 +161,33 @@ def reference(ray_session, tmp_path_factory):
     return final_state(run_dir)
 
 
-# learner-student is killed by the second-fault test below (a LearnerActor like the teachers'; one run fewer in CI)
-@pytest.mark.parametrize("kind", ["learner-teacher", "inference", "league", "verifier-0"])
-def test_an_actor_killed_mid_run_is_recovered_and_nothing_is_lost(kind, reference, tmp_path, capfd):
+# One run kills each kind in turn (a run per kind cost ~35 s each of CI); learner-student is killed by the
+# second-fault test below, a LearnerActor like the teachers'.
+KILLS = {1: "learner-teacher", 2: "inference", 3: "league", 4: "verifier-0"}
+
+
+def test_each_actor_kind_killed_mid_run_is_recovered_and_nothing_is_lost(reference, tmp_path, capfd):
     before = shm_entries()
     run_dir = tmp_path / "run"
-    code, pids = run_in_process(run_dir, kill=kind)
+    code, pids = run_in_process(run_dir, kills=KILLS)
     assert code == 0
     run = RunDirectory(run_dir)
-    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]
+    assert [r["step"] for r in run.read_metrics()] == list(range(1, STEPS + 1))
     events = run.read_events("recovery")
-    if kind.startswith("verifier"):  # Ray restarts a verifier and the pool resubmits: no driver recovery
-        assert events == []
-    else:
-        assert len(events) == 1 and events[0]["actors"] == [kind], events
-        assert events[0]["restored_step"] in (0, 1, 2) and events[0]["seconds_lost"] > 0
-        assert "recovered (1 of at most 2)" in capfd.readouterr().err
+    # Ray restarts a verifier and the pool resubmits its tasks: no driver recovery for verifier-0
+    assert [e["actors"] for e in events] == [[k] for k in KILLS.values() if not k.startswith("verifier")], events
+    for step, event in zip(KILLS, events):
+        assert event["failed_step"] in (step, step + 1), event  # killed after step's row: in its checkpoint or the next
+        assert event["restored_step"] in range(step + 1) and event["seconds_lost"] > 0, event
+    err = capfd.readouterr().err
+    assert all(f"recovered ({i} of at most 3)" in err for i in range(1, len(events) + 1)), err[-3000:]
     status = json.loads((run_dir / "status.json").read_text())
-    assert status["state"] == "finished" and status["recoveries"] == len(events) and status["last_step"] == 3
+    assert status["state"] == "finished" and status["recoveries"] == len(events) and status["last_step"] == STEPS
     league, adapters, rows = final_state(run_dir)
     assert league == reference[0]
     assert adapters == reference[1]
     assert rows == reference[2]
-    deadline = time.monotonic() + 30
-    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not [p for p in pids if pid_alive(p)], "actor processes left behind"
-    assert shm_entries() <= before, f"left in /dev/shm: {shm_entries() - before}"
+    wait_gone(pids, before)
 
 
 def test_a_second_fault_while_recovering_is_recovered_too(reference, tmp_path, capfd):
@@ -182,10 +195,10 @@ def test_a_second_fault_while_recovering_is_recovered_too(reference, tmp_path, c
     system is stopped (nothing left behind), the failed attempt is recorded and counted, the next one succeeds."""
     before = shm_entries()
     run_dir = tmp_path / "run"
-    code, pids = run_in_process(run_dir, kill="learner-student", kill_replacement=True)
+    code, pids = run_in_process(run_dir, kills={1: "learner-student"}, kill_replacement=True, max_recoveries=2)
     assert code == 0
     run = RunDirectory(run_dir)
-    assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]
+    assert [r["step"] for r in run.read_metrics()] == list(range(1, STEPS + 1))
     events = run.read_events("recovery")
     assert [e["recovery"] for e in events] == [1, 2] and events[0]["restored_step"] is None, events
     assert events[0]["actors"] == ["learner-student"] and "Actor" in events[0]["attempt_error"]
@@ -193,13 +206,9 @@ def test_a_second_fault_while_recovering_is_recovered_too(reference, tmp_path, c
     err = capfd.readouterr().err
     assert "recovery 1 failed" in err and "recovered (2 of at most 2)" in err
     status = json.loads((run_dir / "status.json").read_text())
-    assert status["state"] == "finished" and status["recoveries"] == 2 and status["last_step"] == 3
+    assert status["state"] == "finished" and status["recoveries"] == 2 and status["last_step"] == STEPS
     assert final_state(run_dir) == reference
-    deadline = time.monotonic() + 30
-    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not [p for p in pids if pid_alive(p)], "actor processes left behind"
-    assert shm_entries() <= before, f"left in /dev/shm: {shm_entries() - before}"
+    wait_gone(pids, before)
 
 
 def launch(*args: str, timeout: int = 600) -> subprocess.Popen:
