@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from short_runs import SHORT_RUN, Launched, launched
+from short_runs import SHORT, SHORT_RUN, Launched, launched
 
 # Ray started by any test binds loopback only.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -131,6 +131,19 @@ def short_run_resumed(short_run, tmp_path_factory) -> Launched:
     run_dir = tmp_path_factory.mktemp("short_run_resumed") / "run"
     shutil.copytree(short_run.run_dir, run_dir)
     return launched(run_dir, "--resume", str(run_dir), "--steps", "1", "--quiet")
+
+
+@pytest.fixture(scope="session")
+def single_agent_run(tmp_path_factory) -> Launched:
+    """`launch.py --config configs/tiny-single.yaml --steps 3 --verbose` with ``SHORT`` (evolution keys left out):
+    the report compares it with the population run, the terminal-output test checks what ``--verbose`` forwards."""
+    from tinycoder import ensure_model
+
+    ensure_model("test", progress=False)
+    run_dir = tmp_path_factory.mktemp("single_agent_run") / "single"
+    overrides = [o for o in SHORT if not o.startswith("evolution.")]
+    return launched(run_dir, "--config", "configs/tiny-single.yaml", "--run-dir", str(run_dir), "--steps", "3",
+                    *overrides, "--verbose")
 
 
 @pytest.fixture(scope="module")

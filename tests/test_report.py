@@ -21,7 +21,7 @@ import pytest
 
 from reporting.report import write_report
 from reporting.run_dir import RunDirectory
-from short_runs import ROOT, SHORT, launch
+from short_runs import ROOT
 from student_t import t975_by_integration
 
 FIGURES = ["compare.png", "complexity.png", "coverage.png", "lineage.png", "rates.png", "ratings.png"]
@@ -236,16 +236,13 @@ def test_report_states_how_each_run_stopped(tmp_path):
 # ---------------------------------------------------------------- real short runs
 
 @pytest.fixture(scope="module")
-def real_runs(short_run_resumed, tmp_path_factory) -> tuple[Path, Path]:
-    """A 3-step population run (a copy of the shared resumed run, conftest) and a 3-step single-agent run on the
-    tiny test model."""
-    assert short_run_resumed.returncode == 0, short_run_resumed.stderr[-3000:]
+def real_runs(short_run_resumed, single_agent_run, tmp_path_factory) -> tuple[Path, Path]:
+    """Copies of two shared runs on the tiny test model (conftest): the 3-step population run (resumed once) and
+    the 3-step single-agent run."""
     root = tmp_path_factory.mktemp("report_runs")
-    shutil.copytree(short_run_resumed.run_dir, root / "population")
-    overrides = [o for o in SHORT if not o.startswith("evolution.")]
-    out = launch("--config", "configs/tiny-single.yaml", "--run-dir", str(root / "single"), "--steps", "3", *overrides,
-                 timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
+    for name, run in (("population", short_run_resumed), ("single", single_agent_run)):
+        assert run.returncode == 0, run.stderr[-3000:]
+        shutil.copytree(run.run_dir, root / name)
     return root / "population", root / "single"
 
 

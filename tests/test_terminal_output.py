@@ -16,19 +16,12 @@ from pathlib import Path
 import pytest
 
 from actors.cluster import dashboard_lines, dashboard_missing, token_source
-from short_runs import ROOT, SHORT, launch, launch_env
+from short_runs import ROOT, launch_env
 
 ACTOR_LOGS = {"inference.log", "learner-teacher.log", "learner-student.log", "league.log", "verifier-0.log",
               "verifier-1.log"}
 SUMMARY_KEYS = ("valid rate", "solve rate", "AST depth", "evolution", "logs:", "plots:")
 ACTOR_OUTPUT_MARKS = ("Loading weights", "(LearnerActor", "(InferenceActor", "(VerifierActor", "(LeagueActor", "pid=")
-
-
-@pytest.fixture(scope="module")
-def tiny_model() -> Path:
-    from tinycoder import ensure_model
-
-    return ensure_model("test", progress=False)
 
 
 def local_token() -> bytes | None:
@@ -197,9 +190,8 @@ def test_default_run_then_quiet_resume(short_run, short_run_resumed):
 
 
 @pytest.mark.slow
-def test_verbose_forwards_actor_output(tiny_model, tmp_path):
-    run_dir = tmp_path / "run"
-    out = launch("--run-dir", str(run_dir), "--steps", "1", *SHORT, "evolution.enabled=false", "--verbose")
+def test_verbose_forwards_actor_output(single_agent_run):
+    out, run_dir = single_agent_run, single_agent_run.run_dir  # launch.py ... --verbose (conftest)
     assert out.returncode == 0, out.stderr[-3000:]
     both = out.stdout + out.stderr
     assert "[populora] actor output: forwarded to this terminal (--verbose)" in out.stdout
