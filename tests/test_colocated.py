@@ -1,13 +1,12 @@
 """The colocated layout (``resources.colocated``): every GPU holds an engine replica and a learner pair, the phases
 taking it in turn. Its config errors, its placement (pure, and on a Ray cluster of logical GPUs), the colocated memory
 plan (the engine's budget, a GPU's two moments, what vLLM's sleep mode frees and where the weights go), its time plan,
-the engines' sleep mode off on CPU (said so), and a short real run on CPU. The CUDA path (vLLM sleeping beside the
-learners) is one GPU test, skipped here."""
+and a short real run on CPU. The CUDA path (vLLM sleeping beside the learners) is one GPU test, skipped here; the
+engines' sleep mode off on CPU (said so) is checked in tests/test_engines.py, on an engine started there anyway."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -160,26 +159,6 @@ def test_plan_holds_against_what_a_released_learner_keeps(run):
     spec.loader.exec_module(bench)
     planned = bench.planned(run["layers"], run["slots"], run["tokens"])["planned"]
     assert run["reserved"] <= planned <= 1.15 * run["reserved"], planned / run["reserved"]
-
-
-@pytest.mark.parametrize("backend", ["hf", "vllm"])
-def test_sleep_mode_is_off_on_cpu_and_says_so(backend, tiny_qwen2):
-    from inference import make_engine
-    from inference.factory import vllm_available
-    from inference.requests import GenerationRequest
-
-    if backend == "vllm" and not vllm_available()[0]:
-        pytest.skip(vllm_available()[1])
-    engine = make_engine(backend, tiny_qwen2, max_adapters=1, max_lora_rank=8, max_model_len=128, sleep_mode=True)
-    try:
-        assert engine.sleep_mode.startswith("off: ") and "CUDA" in engine.sleep_mode
-        assert engine.sleep() is False and not engine.asleep and engine.wake_up() is False
-        request = GenerationRequest(adapter=None, prompt="def f(a):", temperature=0.0, top_p=1.0, max_tokens=4)
-        assert engine.generate([request])[0][0].token_ids
-        if backend == "vllm":
-            assert "enable_sleep_mode" not in engine.engine_args
-    finally:
-        engine.close()
 
 
 @pytest.mark.gpu

@@ -282,31 +282,95 @@ def test_a_request_that_does_not_fit_the_context_fails_alone(engine):
     assert too_long[0].rejected and f"over max_model_len={MAX_LEN}" in too_long[0].error
 
 
-def test_end_of_sequence_token_ends_generation(engine, tiny_qwen2, tmp_path, monkeypatch):
-    """A model whose generation config lists an extra EOS id stops on it: the token is kept, finish is 'stop'."""
+SEEDED_BUDGET = 512  # max_num_batched_tokens of the second vLLM engine: tokens one scheduler step may compute
+
+
+@pytest.fixture(scope="module")
+def second_engine(engine, tiny_qwen2, tmp_path_factory):
+    """(engine, extra EOS id): a second engine of ``engine``'s backend, started once for three checks below. It
+    loads a copy of the model whose generation config lists an extra EOS id (the 4th token ``engine`` generates
+    greedily for PROMPTS[0]), is asked for sleep mode (CUDA only) and, on vLLM, gets a 512-token scheduler budget.
+    vLLM: its engine core runs in its own process, since closing a second in-process vLLM engine would tear down
+    the process-global state the first one uses (and vLLM caches env vars once started)."""
+    mp = pytest.MonkeyPatch()
+    engine_args = None
     if engine.backend == "vllm":
-        # Closing a second in-process vLLM engine would tear down the process-global state the first
-        # one uses; run this one's engine core in its own process (vLLM caches env vars once started).
         import vllm.envs
 
-        monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
-        monkeypatch.setattr(vllm.envs, "__getattr__", getattr(vllm.envs.__getattr__, "__wrapped__", vllm.envs.__getattr__))
+        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+        mp.setattr(vllm.envs, "__getattr__", getattr(vllm.envs.__getattr__, "__wrapped__", vllm.envs.__getattr__))
+        engine_args = {"max_num_batched_tokens": SEEDED_BUDGET}
     (free,) = engine.generate([greedy(None, PROMPTS[0])])[0]
     eos_token = free.token_ids[3]
-    first = free.token_ids.index(eos_token)
-    model_dir = tmp_path / "model"
+    model_dir = tmp_path_factory.mktemp(f"extra_eos_{engine.backend}") / "model"
     shutil.copytree(tiny_qwen2, model_dir)
     config = json.loads((model_dir / "generation_config.json").read_text())
     config["eos_token_id"] = [engine.tokenizer.eos_token_id, eos_token]
     (model_dir / "generation_config.json").write_text(json.dumps(config))
-    other = make_engine(engine.backend, model_dir, max_adapters=1, max_lora_rank=8, max_model_len=MAX_LEN)
-    try:
-        (stopped,) = other.generate([greedy(None, PROMPTS[0])])[0]
-    finally:
-        other.close()
+    other = make_engine(engine.backend, model_dir, max_adapters=1, max_lora_rank=8, max_model_len=MAX_LEN,
+                        sleep_mode=True, engine_args=engine_args)
+    yield other, eos_token
+    other.close()
+    mp.undo()
+
+
+def test_end_of_sequence_token_ends_generation(engine, second_engine):
+    """A model whose generation config lists an extra EOS id stops on it: the token is kept, finish is 'stop'."""
+    other, eos_token = second_engine
+    (free,) = engine.generate([greedy(None, PROMPTS[0])])[0]
+    first = free.token_ids.index(eos_token)
+    (stopped,) = other.generate([greedy(None, PROMPTS[0])])[0]
     assert stopped.finish_reason == "stop"
     assert stopped.token_ids == free.token_ids[: first + 1]
     assert len(stopped.logprobs) == first + 1
+
+
+def test_sleep_mode_is_off_on_cpu_and_says_so(second_engine):
+    """An engine asked for sleep mode (resources.colocated) on CPU says it is off and why, and works awake."""
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU path (tests/test_colocated.py has the CUDA one)")
+    other, _ = second_engine
+    assert other.sleep_mode.startswith("off: ") and "CUDA" in other.sleep_mode
+    assert other.sleep() is False and not other.asleep and other.wake_up() is False
+    assert other.generate([greedy(None, PROMPTS[0], max_tokens=4)])[0][0].token_ids
+    if other.backend == "vllm":
+        assert "enable_sleep_mode" not in other.engine_args
+
+
+def seeded_prompts(engine, count: int, tokens: int) -> list[str]:
+    """``count`` different prompts of at least ``tokens`` tokens each."""
+    base = engine.tokenizer("def f(a):\n    return a + 1\n" * 100, add_special_tokens=False)["input_ids"]
+    out = []
+    for i in range(count):
+        text = f"# case {i}\n" + engine.tokenizer.decode(base[:tokens])
+        assert tokens <= len(engine.tokenizer(text, add_special_tokens=False)["input_ids"]) < MAX_LEN - 6
+        out.append(text)
+    return out
+
+
+def test_seeded_batch_longer_than_one_step_runs_and_matches_each_request_alone(second_engine):
+    """Regression (issue 20): seeded requests whose prompts do not fit one scheduler step, on vLLM's CPU build.
+
+    vLLM 0.32's model runner rewinds a seeded request's ``torch.Generator`` after a step that only prefilled part of
+    its prompt (``gen.set_offset(gen.get_offset() - 4)``): CPU (Mersenne Twister) generators have no offset and
+    raise ``RuntimeError: CPU Generator does not use offset``. With chunked prefill on (vLLM's default) a batch
+    whose prompts exceed ``max_num_batched_tokens`` (4,096 on CPU) is split at the budget, which crashed the
+    system's student batches after an evolution event. The backend turns chunked prefill off on CPU, so every
+    prompt is prefilled in one step; this sends such a batch through the real engine with a 512-token budget."""
+    other, _ = second_engine
+    if other.backend != "vllm":
+        pytest.skip("a vLLM scheduler regression")
+    assert other.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens == SEEDED_BUDGET
+    requests = 8  # x n=2 x 200 tokens = 3,200 prompt tokens: several steps' budget
+    batch = [GenerationRequest(None, p, temperature=1.0, max_tokens=6, n=2, seed=1000 + 2 * i)
+             for i, p in enumerate(seeded_prompts(other, requests, 200))]
+    assert requests * 2 * 200 > SEEDED_BUDGET  # the batch's prompts cannot be prefilled in one step
+    out = other.generate(batch)
+    assert [len(gens) for gens in out] == [2] * requests
+    assert all(g.token_ids and g.finish_reason in ("stop", "length") for gens in out for g in gens)
+    for i in (0, requests // 2, requests - 1):  # a seeded request samples the same alone as in the big batch
+        (alone,) = other.generate([batch[i]])
+        assert [g.token_ids for g in alone] == [g.token_ids for g in out[i]]
 
 
 @pytest.mark.parametrize(
