@@ -35,6 +35,7 @@ from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.cluster import actor_options, reserve_gpus
+from actors.node_cleanup import clean_node
 from inference.requests import GenerationRequest
 from actors.inference_actor import InferenceActor
 from actors.league_actor import LeagueActor
@@ -45,27 +46,6 @@ from rollouts import Sample
 from actors.verifier_pool import VerifierActor, VerifierPool
 from configs import Config
 from verifier.metrics import Coverage
-
-
-@ray.remote(num_cpus=0)
-def clean_node(paths: list[str], model_path: str | None = None, dtype: str = "float32") -> str:
-    """On the node this task runs on, delete ``paths`` (what a killed engine left in /dev/shm) and, given
-    ``model_path``, the learners' shared base of that model in ``dtype`` (``learners.shared_base``: named from
-    the model directory as this node sees it, so each node releases its own copy). Returns the node's id."""
-    import shutil
-
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
-    if model_path is not None:
-        import torch
-
-        from learners.shared_base import base_dir_for, release_base
-
-        try:
-            release_base(base_dir_for(model_path, getattr(torch, dtype)))
-        except FileNotFoundError:  # this node does not see the model: no learner of it ran here
-            pass
-    return ray.get_runtime_context().get_node_id()
 
 
 def wait_names_free(names: list[str], timeout_s: float = 60.0) -> None:

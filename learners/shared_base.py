@@ -17,7 +17,6 @@ processes) and takes the same views. The owner must stay alive while any learner
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -27,22 +26,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from learners.shared_base_paths import base_dir_for, release_base  # noqa: F401  (release_base: part of this API)
+
 MANIFEST = "manifest.json"
 WEIGHTS = "weights.bin"
 ALIGN = 64
 FORMAT = "populora-shared-base-v1"
 _DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32, torch.uint8, torch.bool)}
-
-
-def default_shm_dir() -> Path:
-    """``/dev/shm`` where it exists (Linux), else the temp dir."""
-    return Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-
-
-def _base_key(model_dir: Path, dtype: torch.dtype | None) -> str:
-    files = sorted(p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin", ".json"))
-    stamp = "|".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
-    return hashlib.sha256(f"{model_dir.resolve()}|{stamp}|{dtype}".encode()).hexdigest()[:16]
 
 
 def _canonical_tensors(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -90,14 +80,6 @@ def write_base(model: nn.Module, out_dir: str | os.PathLike) -> Path:
     return out
 
 
-def base_dir_for(model_dir: str | os.PathLike, dtype: torch.dtype | None = None,
-                 shm_dir: str | os.PathLike | None = None) -> Path:
-    """Where :func:`materialise_base` puts this machine's copy of ``model_dir`` in ``dtype`` (written or not): a
-    name derived from the model directory as this machine sees it, so each node of a cluster finds its own."""
-    root = Path(shm_dir) if shm_dir is not None else default_shm_dir()
-    return root / f"populora-base-{_base_key(Path(model_dir), dtype)}"
-
-
 def materialise_base(
     model_dir: str | os.PathLike,
     dtype: torch.dtype | None = None,
@@ -132,17 +114,6 @@ def materialise_base(
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return target
-
-
-def release_base(base_dir: str | os.PathLike) -> None:
-    """Delete a shared base directory and its lock file, freeing its RAM once no process maps it any more.
-
-    Call it when the run ends: a materialised base otherwise stays in ``/dev/shm`` (by design, so later
-    learners on the machine reuse it). Processes that mapped it keep working (their mappings hold the pages).
-    """
-    path = Path(base_dir)
-    shutil.rmtree(path, ignore_errors=True)
-    (path.parent / f".{path.name}.lock").unlink(missing_ok=True)
 
 
 def read_manifest(base_dir: str | os.PathLike) -> dict:

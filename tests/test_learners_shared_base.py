@@ -150,3 +150,24 @@ def test_cuda_ipc_base_is_mapped_not_copied(tiny_qwen2, shm_dir):
         expected = reference(torch.tensor(IDS, device="cuda")).logits.cpu()
     torch.testing.assert_close(torch.from_numpy(report["logits"]), expected, atol=1e-5, rtol=0)
     assert report["allocated_before_forward"] < read_manifest(base_dir)["bytes"] / 10, "the learner copied the base"
+
+
+def test_a_node_cleanup_names_the_base_as_the_learners_do_without_importing_torch(tiny_qwen2, tmp_path):
+    """``actors.node_cleanup`` runs in a bare Ray worker at every stop: it must find the base the learners wrote
+    (named from a torch dtype there, from the config's dtype name here) and must not import torch to do it."""
+    import subprocess
+    import sys
+
+    from learners.shared_base import base_dir_for
+
+    written = materialise_base(tiny_qwen2, torch.float32, shm_dir=tmp_path)
+    assert base_dir_for(tiny_qwen2, torch.float32, tmp_path) == written == base_dir_for(tiny_qwen2, "float32", tmp_path)
+    assert base_dir_for(tiny_qwen2, "bfloat16", tmp_path) != written
+    probe = ("import sys; from actors.node_cleanup import clean_node; from learners.shared_base_paths import base_dir_for, "
+             f"release_base; release_base(base_dir_for({str(tiny_qwen2)!r}, 'float32', {str(tmp_path)!r})); "
+             "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[]"]
+    assert not written.exists() and list(tmp_path.iterdir()) == []  # the base and its lock file are gone
