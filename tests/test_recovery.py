@@ -2,10 +2,10 @@
 driver killed while it writes a checkpoint, a damaged checkpoint, and the clear errors users meet.
 
 The in-process runs share one Ray cluster (``ray_session``); ``train`` attaches to it and leaves it up.
-A fault-free reference run and two faulty ones, 5 steps each on the tiny test model, evolution at steps 2 and 4:
-one run kills each actor kind in turn, one kills a learner and then its replacement. A killed run must end with
-each step once in metrics.jsonl, a recovery record per fault, and the same league state and adapters as the
-reference.
+A fault-free reference run and a faulty one, 6 steps each on the tiny test model, evolution at steps 2, 4 and 6:
+the faulty run kills each actor kind in turn, the last one twice (the learner, then its replacement during the
+recovery). It must end with each step once in metrics.jsonl, a recovery record per fault, and the same league
+state and adapters as the reference.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from configs import load_config
 from short_runs import ROOT, launch_env
 from short_runs import SHORT as BASE_SHORT
 
-STEPS = 5
+STEPS = 6
 SHORT = BASE_SHORT + [f"run.steps={STEPS}"]
 CLASSES = {"LearnerActor", "InferenceActor", "LeagueActor", "VerifierActor"}
 OURS = ("populora-", ".populora-", "verifier-")  # what our actors put in /dev/shm
@@ -87,38 +87,41 @@ def starting_pid(name: str, not_pid: int) -> int | None:
     return None
 
 
-def run_in_process(run_dir: Path, kills: dict[int, str] | None = None, kill_replacement: bool = False,
-                   max_recoveries: int = 3) -> tuple[int, set[int]]:
-    """Train ``STEPS`` steps in this process; ``kills``: step -> actor whose process is SIGKILLed once that step's row
-    is in metrics.jsonl, in step order (``kill_replacement``, with one kill: then also the process of the actor the
-    recovery starts in its place, as soon as it appears). Returns the exit code and every actor pid seen."""
+def metric_steps(metrics: Path) -> set[int]:
+    """The steps whose rows metrics.jsonl holds now (a line being written or cut back is skipped)."""
+    steps = set()
+    for line in metrics.read_text().splitlines() if metrics.is_file() else []:
+        try:
+            steps.add(json.loads(line).get("step"))
+        except ValueError:
+            pass
+    return steps
+
+
+def run_in_process(run_dir: Path, kills: list[tuple[int, str, bool]] = (), max_recoveries: int = 3) -> tuple[int, set[int]]:
+    """Train ``STEPS`` steps in this process; ``kills``: (step, actor, replacement too), in step order: SIGKILL the
+    actor's process once that step's row is in metrics.jsonl and, with ``replacement``, then the process of the
+    actor the recovery starts in its place, as soon as it appears. Returns the exit code and every actor pid seen."""
     from actors.driver import train
 
     config = load_config(None, SHORT + [f"run.run_dir={run_dir}", f"run.max_recoveries={max_recoveries}"])
-    kills = dict(sorted((kills or {}).items()))
     seen: set[int] = set()
     killed: list[int] = []
     done = threading.Event()
 
     def killer() -> None:
-        metrics = run_dir / "metrics.jsonl"
-        due = list(kills.items())
+        due = sorted(kills)
+        replaced: int | None = None  # the killed pid whose replacement dies next
         while not done.is_set() and due:
-            rows = [json.loads(l) for l in metrics.read_text().splitlines()] if metrics.is_file() else []
-            step, name = due[0]
-            if kill_replacement and killed:
-                pid = starting_pid(name, killed[0])
-                if pid:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
+            step, name, replacement = due[0]
+            pid = (starting_pid(name, replaced) if replaced is not None
+                   else actor_pids().get(name) if step in metric_steps(run_dir / "metrics.jsonl") else None)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                replaced = pid if replacement and replaced is None else None
+                if replaced is None:
                     due.pop(0)
-            elif any(r.get("step") == step for r in rows):
-                pid = actor_pids().get(name)
-                if pid:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                    if not kill_replacement:
-                        due.pop(0)
             time.sleep(0.02)
 
     thread = threading.Thread(target=killer, daemon=True) if kills else None
@@ -131,7 +134,8 @@ def run_in_process(run_dir: Path, kills: dict[int, str] | None = None, kill_repl
         done.set()
         if thread:
             thread.join()
-    assert len(killed) == len(kills) + kill_replacement, f"killed {len(killed)} process(es) for {kills}"
+    want = sum(1 + replacement for _, _, replacement in kills)
+    assert len(killed) == want, f"killed {len(killed)} of {want} process(es) for {kills}"
     return code, seen | set(killed)
 
 
@@ -161,53 +165,38 @@ def reference(ray_session, tmp_path_factory):
     return final_state(run_dir)
 
 
-# One run kills each kind in turn (a run per kind cost ~35 s each of CI); learner-student is killed by the
-# second-fault test below, a LearnerActor like the teachers'.
-KILLS = {1: "learner-teacher", 2: "inference", 3: "league", 4: "verifier-0"}
+# One run kills each kind in turn (a run per kind cost ~35 s each of CI), the student learner last, and then its
+# replacement while the recovery starts it: the half-started system is stopped (nothing left behind), the failed
+# attempt is recorded and counted, the next one succeeds.
+KILLS = [(1, "learner-teacher", False), (2, "inference", False), (3, "league", False), (4, "verifier-0", False),
+         (5, "learner-student", True)]
 
 
 def test_each_actor_kind_killed_mid_run_is_recovered_and_nothing_is_lost(reference, tmp_path, capfd):
     before = shm_entries()
     run_dir = tmp_path / "run"
-    code, pids = run_in_process(run_dir, kills=KILLS)
+    code, pids = run_in_process(run_dir, kills=KILLS, max_recoveries=5)
     assert code == 0
     run = RunDirectory(run_dir)
     assert [r["step"] for r in run.read_metrics()] == list(range(1, STEPS + 1))
     events = run.read_events("recovery")
     # Ray restarts a verifier and the pool resubmits its tasks: no driver recovery for verifier-0
-    assert [e["actors"] for e in events] == [[k] for k in KILLS.values() if not k.startswith("verifier")], events
-    for step, event in zip(KILLS, events):
+    assert [e["actors"] for e in events[:4]] == [["learner-teacher"], ["inference"], ["league"], ["learner-student"]], events
+    assert [e["recovery"] for e in events] == [1, 2, 3, 4, 5], events
+    for (step, _, _), event in zip(KILLS[:3] + KILLS[4:], events[:4]):
         assert event["failed_step"] in (step, step + 1), event  # killed after step's row: in its checkpoint or the next
+    assert events[3]["restored_step"] is None and "Actor" in events[3]["attempt_error"], events[3]
+    for step, event in ((1, events[0]), (2, events[1]), (3, events[2]), (5, events[4])):
         assert event["restored_step"] in range(step + 1) and event["seconds_lost"] > 0, event
     err = capfd.readouterr().err
-    assert all(f"recovered ({i} of at most 3)" in err for i in range(1, len(events) + 1)), err[-3000:]
+    assert "recovery 4 failed" in err, err[-3000:]
+    assert all(f"recovered ({i} of at most 5)" in err for i in (1, 2, 3, 5)), err[-3000:]
     status = json.loads((run_dir / "status.json").read_text())
-    assert status["state"] == "finished" and status["recoveries"] == len(events) and status["last_step"] == STEPS
+    assert status["state"] == "finished" and status["recoveries"] == 5 and status["last_step"] == STEPS
     league, adapters, rows = final_state(run_dir)
     assert league == reference[0]
     assert adapters == reference[1]
     assert rows == reference[2]
-    wait_gone(pids, before)
-
-
-def test_a_second_fault_while_recovering_is_recovered_too(reference, tmp_path, capfd):
-    """The learner is killed after step 1, then its replacement while the recovery starts it: the half-started
-    system is stopped (nothing left behind), the failed attempt is recorded and counted, the next one succeeds."""
-    before = shm_entries()
-    run_dir = tmp_path / "run"
-    code, pids = run_in_process(run_dir, kills={1: "learner-student"}, kill_replacement=True, max_recoveries=2)
-    assert code == 0
-    run = RunDirectory(run_dir)
-    assert [r["step"] for r in run.read_metrics()] == list(range(1, STEPS + 1))
-    events = run.read_events("recovery")
-    assert [e["recovery"] for e in events] == [1, 2] and events[0]["restored_step"] is None, events
-    assert events[0]["actors"] == ["learner-student"] and "Actor" in events[0]["attempt_error"]
-    assert events[1]["restored_step"] in (0, 1, 2)
-    err = capfd.readouterr().err
-    assert "recovery 1 failed" in err and "recovered (2 of at most 2)" in err
-    status = json.loads((run_dir / "status.json").read_text())
-    assert status["state"] == "finished" and status["recoveries"] == 2 and status["last_step"] == STEPS
-    assert final_state(run_dir) == reference
     wait_gone(pids, before)
 
 
