@@ -130,7 +130,7 @@ def short_run_resumed(short_run, tmp_path_factory) -> Launched:
     assert short_run.returncode == 0, short_run.stderr[-3000:]
     run_dir = tmp_path_factory.mktemp("short_run_resumed") / "run"
     shutil.copytree(short_run.run_dir, run_dir)
-    return launched(run_dir, "--resume", str(run_dir), "--steps", "1", "--quiet")
+    return launched(run_dir, "--resume", str(run_dir), "--steps", "1", "--quiet", "run.dashboard=false")
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ def cluster():
     """A one-node cluster (2 logical GPUs) whose nodes start in the stand-in mode; ``two_nodes`` adds the second."""
     saved = os.environ.get(GPU_STANDIN_ENV)
     os.environ[GPU_STANDIN_ENV] = "1"  # the raylets started below, and so every worker, inherit it
-    cluster = Cluster(initialize_head=True, head_node_args=NODE)
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     ray.init(address=cluster.address, namespace=NAMESPACE)
     try:
         yield cluster

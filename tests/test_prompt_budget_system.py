@@ -65,7 +65,7 @@ def test_a_step_with_maximum_size_tasks_and_k_runs_within_budget(tiny_model, tmp
     prompts = StepPrompts.from_config(config, tiny_model)
 
     plan = plan_placement(config)
-    connect(plan.totals(verifier_on_workers=False)["CPU"])
+    connect(plan.totals(verifier_on_workers=False)["CPU"], dashboard=False)
     system = System.start(config, plan, str(tiny_model))
     try:
         system.publish_adapters(all_members=True)

@@ -71,7 +71,7 @@ def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
     replay_dir = tmp_path / "replay"
     shutil.copytree(run_dir, replay_dir)
     (replay_dir / "checkpoints" / "latest").write_text("step-1")
-    replay = launch("--resume", str(replay_dir), "--steps", "1")
+    replay = launch("--resume", str(replay_dir), "--steps", "1", "run.dashboard=false")
     assert replay.returncode == 0, replay.stderr[-3000:]
     untimed = [{k: v for k, v in row.items() if k != "phase_seconds"} for row in (rows[1], metrics(replay_dir)[1])]
     assert untimed[0] == untimed[1]
