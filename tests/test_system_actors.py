@@ -28,7 +28,7 @@ def start_verifiers(config, plan):
 
 
 def test_verifiers_land_only_on_nodes_with_the_verifier_resource():
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})  # list_actors asks the dashboard
     worker = cluster.add_node(num_cpus=2, resources={"verifier": 4})
     try:
         ray.init(address=cluster.address, namespace=NAMESPACE)
