@@ -195,6 +195,7 @@ def test_verbose_forwards_actor_output(single_agent_run):
     assert out.returncode == 0, out.stderr[-3000:]
     both = out.stdout + out.stderr
     assert "[populora] actor output: forwarded to this terminal (--verbose)" in out.stdout
+    assert "[populora] dashboard: not running: run.dashboard=false." in out.stdout  # SHORT turns it off
     assert "Loading weights" in both and "(LearnerActor pid=" in both
     assert not any(p.name != "driver.log" for p in (run_dir / "logs").iterdir())
     assert "DEBUG" in (run_dir / "logs" / "driver.log").read_text()
