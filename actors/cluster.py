@@ -87,9 +87,12 @@ def dashboard_lines(url: str | None, token_auth: bool, remote: bool, missing: st
     token itself."""
     env = dict(os.environ) if env is None else env
     if not url:
-        why = ("run.dashboard=false" if off
-               else f"ray is installed without its dashboard extra ({missing}); pip install 'ray[default]' adds it"
-               if missing else "the cluster runs no dashboard")
+        if off:
+            why = "run.dashboard=false"
+        elif missing:
+            why = f"ray is installed without its dashboard extra ({missing}); pip install 'ray[default]' adds it"
+        else:
+            why = "the cluster runs no dashboard"
         return (f"dashboard: not running: {why}. Progress is in this terminal, RUN_DIR/metrics.jsonl and "
                 "TensorBoard (RUN_DIR/tensorboard).",)
     url = url if urlparse(url).scheme else f"http://{url}"
