@@ -283,6 +283,7 @@ def test_a_request_that_does_not_fit_the_context_fails_alone(engine):
 
 
 SEEDED_BUDGET = 512  # max_num_batched_tokens of the second vLLM engine: tokens one scheduler step may compute
+SEEDED_MAX_TOKENS = 6
 
 
 @pytest.fixture(scope="module")
@@ -343,7 +344,7 @@ def seeded_prompts(engine, count: int, tokens: int) -> list[str]:
     out = []
     for i in range(count):
         text = f"# case {i}\n" + engine.tokenizer.decode(base[:tokens])
-        assert tokens <= len(engine.tokenizer(text, add_special_tokens=False)["input_ids"]) < MAX_LEN - 6
+        assert tokens <= len(engine.tokenizer(text, add_special_tokens=False)["input_ids"]) < MAX_LEN - SEEDED_MAX_TOKENS
         out.append(text)
     return out
 
@@ -362,7 +363,7 @@ def test_seeded_batch_longer_than_one_step_runs_and_matches_each_request_alone(s
         pytest.skip("a vLLM scheduler regression")
     assert other.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens == SEEDED_BUDGET
     requests = 8  # x n=2 x 200 tokens = 3,200 prompt tokens: several steps' budget
-    batch = [GenerationRequest(None, p, temperature=1.0, max_tokens=6, n=2, seed=1000 + 2 * i)
+    batch = [GenerationRequest(None, p, temperature=1.0, max_tokens=SEEDED_MAX_TOKENS, n=2, seed=1000 + 2 * i)
              for i, p in enumerate(seeded_prompts(other, requests, 200))]
     assert requests * 2 * 200 > SEEDED_BUDGET  # the batch's prompts cannot be prefilled in one step
     out = other.generate(batch)
