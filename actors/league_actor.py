@@ -87,6 +87,7 @@ class LeagueActor:
             self.league.record(teacher, student, games)
         for data in valid_tasks:
             task = Task.from_dict(data)
+            task.meta.setdefault("step", step)  # proposed at this step; seed tasks carry no step
             self.buffers[task.family].add(task)
 
     def members(self) -> list[dict[str, Any]]:

@@ -10,8 +10,8 @@ formula ``reporting.report_trends`` states):
   +-sigma band and the role's mean mu, beside mu relative to the role's mean.
 - ``rates.png``: teachers and students apart: the teachers' valid-proposal rate and reward, the students'
   solve rate and reward.
-- ``complexity.png``: AST depth, cyclomatic complexity, lines and variables of the valid proposals'
-  programs (the paper's collapse-vs-expansion evidence), each with its least-squares line, the line's 95 %
+- ``complexity.png``: AST depth, cyclomatic complexity, lines and variables of the programs the teachers
+  wrote (the paper's collapse-vs-expansion evidence), each with its least-squares line, the line's 95 %
   confidence band, and the slope +- its 95 % CI.
 - ``coverage.png``: distinct AST n-grams and program structures seen so far, and new structures per step.
 - ``lineage.png``: the evolved members, an arrow from each parent to its child.

@@ -2,7 +2,7 @@
 line (``reporting.report_trends``), and ``summary.md``, which states them per figure.
 
 A step counts for a metric only where it measured it: ``step_metrics`` writes 0.0 for the mean of nothing,
-so the complexity metrics (means over the valid proposals' programs) need ``valid_tasks >= 1``, and the
+so the complexity metrics (means over the programs the teachers wrote) need ``written_programs >= 1``, and the
 solve rate and student reward (means over the students' rollouts) need ``rollouts >= 1``. Rows without
 those counts (older logs) count wherever the value is a number.
 """
@@ -22,10 +22,14 @@ from reporting.report_trends import LineFit, fit_line, rolling_mean, smoothing_h
 Rows = list[dict[str, Any]]
 
 MEASURED_BY = {
-    "program_ast_depth": "valid_tasks",
-    "program_cyclomatic": "valid_tasks",
-    "program_loc": "valid_tasks",
-    "program_variables": "valid_tasks",
+    "program_ast_depth": "written_programs",
+    "program_cyclomatic": "written_programs",
+    "program_loc": "written_programs",
+    "program_variables": "written_programs",
+    "buffer_program_ast_depth": "buffer_programs",
+    "buffer_program_cyclomatic": "buffer_programs",
+    "buffer_program_loc": "buffer_programs",
+    "buffer_program_variables": "buffer_programs",
     "solve_rate": "rollouts",
     "student_reward": "rollouts",
 }

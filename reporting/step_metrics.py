@@ -2,8 +2,13 @@
 
 Keys: ``step``, ``members`` (id, role, mu, sigma, conservative, parent, reward), ``valid_rate``,
 ``solve_rate`` (solved rollouts over all rollouts of valid tasks), ``teacher_reward``,
-``student_reward``, ``program_*`` (mean complexity of the valid proposals' programs),
-``coverage`` (distinct AST node-type n-grams seen so far), ``distinct_structures``, ``new_structures``, ``rho`` (histogram),
+``student_reward``, ``program_*`` (mean complexity of the programs the teachers wrote: valid code_o and
+code_i proposals, ``written_programs`` of them; a code_f proposal writes inputs for a buffer program, so its
+program is not counted), ``buffer_program_*`` (the same of the programs drawn from the buffers for this
+step's prompts, ``buffer_programs`` of them: references and code_f probes, a uniform sample of the buffers)
+and ``buffer_seed_share`` (the fraction of those that are seed tasks, not proposed in the run),
+``coverage`` (distinct AST node-type n-grams seen so far in written programs), ``distinct_structures``,
+``new_structures``, ``rho_histogram`` (all valid tasks) and ``rho_by_teacher`` (per teacher),
 ``matches``, ``per_family``, ``phase_seconds``, ``evolution``, ``train`` (per-member learner stats);
 ``prompt_style``, ``prompt_budget``, ``prompt_tokens_max``, ``references_dropped``, ``dropped_requests``
 (per role) and ``dropped_reasons`` (requests the engine rejected because they did not fit the context);
@@ -19,6 +24,9 @@ from typing import Any, Sequence
 from verifier.metrics import program_metrics
 
 RHO_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)
+COMPLEXITY_KEYS = ("ast_depth", "cyclomatic", "loc", "variables")
+WRITTEN_FAMILIES = ("code_o", "code_i")
+"""Families whose proposal carries a program the teacher wrote (code_f probes a buffer program)."""
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -33,6 +41,22 @@ def rho_histogram(rho: Sequence[float | None]) -> list[int]:
     counts += [sum(1 for r in valid if lo < r <= hi and r < 1.0) for lo, hi in zip(edges, edges[1:])]
     counts.append(sum(1 for r in valid if r == 1.0))
     return counts
+
+
+def complexity_means(programs: Sequence[str], prefix: str) -> dict[str, float]:
+    """``{prefix + key: mean}`` of ``verifier.metrics.program_metrics`` over ``programs`` (0.0 for none)."""
+    measured = [program_metrics(p) for p in programs]
+    return {f"{prefix}{key}": _mean([m[key] for m in measured]) for key in COMPLEXITY_KEYS}
+
+
+def written_programs(proposals: Sequence[Any], validations: Sequence[Any]) -> list[str]:
+    """The programs the teachers wrote that made valid tasks (code_o and code_i proposals)."""
+    return [v.task.program for job, v in zip(proposals, validations) if v.valid and job.family in WRITTEN_FAMILIES]
+
+
+def buffer_draws(proposals: Sequence[Any]) -> list[Any]:
+    """The tasks drawn from the buffers for this step's prompts (references and code_f probes)."""
+    return [task for job in proposals for task in getattr(job, "reference_tasks", ())]
 
 
 def examples(proposals: Sequence[Any], validations: Sequence[Any], solves: Sequence[Any],
@@ -74,9 +98,10 @@ def step_row(
     """The row (pure: the loop passes the league's ``members``, the run's ``coverage`` tracker and the task
     ``families``); ``prompts`` (``rollouts.prompt_metrics``: prompt sizes, trimmed references, dropped
     requests with their reasons) is merged in."""
-    programs = [v.task.program for v in validations if v.valid]
-    complexity = [program_metrics(p) for p in programs]
+    programs = written_programs(proposals, validations)
+    drawn = buffer_draws(proposals)
     new = coverage.update(programs)
+    teachers = sorted({p.teacher for p in proposals})
     verdicts = [v for per_task in judgements for v in per_task]
 
     rewards: dict[str, list[float]] = defaultdict(list)
@@ -101,16 +126,18 @@ def step_row(
         "solve_rate": _mean([float(bool(v.correct)) for v in verdicts]),
         "teacher_reward": _mean([s.reward for s in samples if s.role == "teacher"]),
         "student_reward": _mean([s.reward for s in samples if s.role == "student"]),
-        "program_ast_depth": _mean([m["ast_depth"] for m in complexity]),
-        "program_cyclomatic": _mean([m["cyclomatic"] for m in complexity]),
-        "program_loc": _mean([m["loc"] for m in complexity]),
-        "program_variables": _mean([m["variables"] for m in complexity]),
+        **complexity_means(programs, "program_"),
+        "written_programs": len(programs),
+        **complexity_means([t.program for t in drawn], "buffer_program_"),
+        "buffer_programs": len(drawn),
+        "buffer_seed_share": _mean([float("step" not in t.meta) for t in drawn]),
         "coverage": len(coverage.ngrams),
         "distinct_structures": len(coverage.structures),
         "new_structures": new["new_structures"],
-        "valid_tasks": len(programs),
+        "valid_tasks": sum(bool(v.valid) for v in validations),
         "rollouts": len(verdicts),
         "rho_histogram": rho_histogram(rho),
+        "rho_by_teacher": {t: rho_histogram([r for p, r in zip(proposals, rho) if p.teacher == t]) for t in teachers},
         "matches": sorted({(p.teacher, p.student) for p in proposals}),
         "per_family": per_family,
         "phase_seconds": phase_seconds,

@@ -25,8 +25,9 @@ from short_runs import ROOT
 from student_t import t975_by_integration
 
 FIGURES = ["compare.png", "complexity.png", "coverage.png", "lineage.png", "rates.png", "ratings.png"]
-COUNTED_BY = {"program_ast_depth": "valid_tasks", "program_cyclomatic": "valid_tasks", "program_loc": "valid_tasks",
-              "program_variables": "valid_tasks", "solve_rate": "rollouts", "student_reward": "rollouts"}
+COUNTED_BY = {"program_ast_depth": "written_programs", "program_cyclomatic": "written_programs",
+              "program_loc": "written_programs", "program_variables": "written_programs", "solve_rate": "rollouts",
+              "student_reward": "rollouts"}
 LABEL_KEYS = {"valid proposals (rate)": "valid_rate", "teacher reward": "teacher_reward", "solve rate": "solve_rate",
               "student reward": "student_reward", "AST depth": "program_ast_depth",
               "cyclomatic complexity": "program_cyclomatic", "lines of code": "program_loc",
@@ -145,7 +146,11 @@ def schema_row(step: int, members: list[dict], valid_tasks: int, depth: float, r
         "student_reward": round(float(rng.uniform(-0.5, 0.2)), 4) if rollouts else 0.0,
         **{k: round(float(v), 4) for k, v in complexity.items()},
         "coverage": 100 + 7 * step, "distinct_structures": 3 * step, "new_structures": int(rng.integers(0, 6)),
+        "written_programs": valid_tasks,
+        **{f"buffer_program_{k}": 2.0 for k in ("ast_depth", "cyclomatic", "loc", "variables")},
+        "buffer_programs": 8, "buffer_seed_share": round(max(0.0, 1 - step / 30), 4),
         "valid_tasks": valid_tasks, "rollouts": rollouts, "rho_histogram": [1, 2, 3, 2, 1, 0],
+        "rho_by_teacher": {m["id"]: [1, 0, 0, 0, 0, 0] for m in members if m["role"] != "student"},
         "matches": [[m["id"], m["id"]] for m in members[:1]],
         "per_family": {f: {"proposals": 4, "valid_rate": 0.5, "mean_rho": 0.3} for f in ("code_o", "code_i", "code_f")},
         "phase_seconds": {"match": 0.01, "propose": 1.0, "validate": 0.2, "solve": 1.5, "update": 3.0},
