@@ -119,6 +119,10 @@ class RewardsConfig(Section):
     student_wrong: float = Field(-0.5, ge=-10, le=10, description="Student reward for a well-formed wrong answer (AZR: -0.5).")
     student_malformed: float = Field(-1.0, ge=-10, le=10, description="Student reward for an unparsable answer (AZR: -1).")
     teacher_invalid: float = Field(-1.0, ge=-10, le=10, description="Teacher reward for an invalid proposal.")
+    teacher_unsolved: float = Field(
+        0.0, ge=-10, le=10,
+        description="Teacher reward for a valid task its student never solves (rho = 0): the paper's floor, 0.",
+    )
 
 
 class RLConfig(Section):
@@ -143,6 +147,11 @@ class RLConfig(Section):
         "family",
         description="Whitening groups of the rewards: 'family' per (member, role, task family), AZR's Task-Relative "
         "REINFORCE++; 'task' also per task for the students' rollouts (GRPO's per-prompt baseline; teachers keep 'family').",
+    )
+    advantage_norm: Literal["whiten", "center"] = Field(
+        "whiten",
+        description="Per group: 'whiten' (r - mean) / std (AZR); 'center' r - mean (Dr. GRPO), which keeps the size of "
+        "a reward gap in small groups (a group of two whitens to +-1 whatever the gap; docs/dynamics.md).",
     )
     kl_coef: float = Field(0.0, ge=0, le=10, description="Coefficient of the KL to the frozen base (adapter-off rows).")
     entropy_coef: float = Field(0.0, ge=0, le=1.0, description="Entropy bonus coefficient.")

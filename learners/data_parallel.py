@@ -47,13 +47,15 @@ class StepTargets:
     slot_token_totals: dict[int, float]
 
 
-def step_targets(samples: Sequence[Sample]) -> StepTargets:
-    """Advantages whitened per (slot, group), token-weighted (``group_normalised_advantages``), and N_a, over
-    every sample of the step: the same numbers whichever learner later trains which sample."""
+def step_targets(samples: Sequence[Sample], whiten: bool = True) -> StepTargets:
+    """Advantages whitened (``whiten=False``: centred) per (slot, group), token-weighted
+    (``group_normalised_advantages``), and N_a, over every sample of the step: the same numbers whichever
+    learner later trains which sample."""
     if not samples:
         raise ValueError("step_targets needs at least one sample")
     advantages = group_normalised_advantages(
-        [s.reward for s in samples], [(s.slot, s.group) for s in samples], [len(s.completion_ids) for s in samples]
+        [s.reward for s in samples], [(s.slot, s.group) for s in samples], [len(s.completion_ids) for s in samples],
+        whiten=whiten,
     )
     totals: dict[int, float] = defaultdict(float)
     for s in samples:

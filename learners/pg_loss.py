@@ -8,6 +8,11 @@ token-weighted like verl's masked whitening:
     mu_g = sum_i n_i r_i / sum_i n_i,   var_g = sum_i n_i (r_i - mu_g)^2 / sum_i n_i,
     A_i = (r_i - mu_g) / sqrt(var_g + eps)                      (n_i = completion tokens of sequence i)
 
+or, centred only (``rl.advantage_norm: center``; Dr. GRPO, Liu et al. 2025, "Understanding R1-Zero-like
+training"), A_i = r_i - mu_g. Whitening a group of two gives A = +-1 whatever the rewards' gap (0 vs 0.75
+and -1 vs 0 alike); centring keeps the gap, so the size of a reward such as the teacher's 1 - rho reaches
+the gradient even in the small groups of a toy run.
+
 Three policies meet in a token's loss: pi, the adapter being trained; pi_old, the same adapter before this
 step's update (the proximal policy: pi detached with one epoch, a no-grad pass before the first of several);
 and mu, the behaviour policy that sampled y_t: the engine's distribution (temperature and top-p applied,
@@ -93,8 +98,10 @@ def group_normalised_advantages(
     groups: Sequence[Hashable],
     token_counts: Sequence[int] | torch.Tensor,
     eps: float = 1e-6,
+    whiten: bool = True,
 ) -> torch.Tensor:
-    """Token-weighted whitening of sequence rewards within each group (formula in the module docstring).
+    """Token-weighted whitening of sequence rewards within each group (formula in the module docstring);
+    with ``whiten=False`` the rewards are only centred on the group's token-weighted mean.
 
     ``groups[i]`` is any hashable key, normally ``(adapter, role, family)``. A group whose rewards are all
     equal (or that has one member) gets advantage exactly 0, whatever ``eps``. Returns one float32 advantage per sequence.
@@ -119,7 +126,7 @@ def group_normalised_advantages(
         mean = (ng * rg).sum() / ng.sum()
         var = (ng * (rg - mean) ** 2).sum() / ng.sum()
         if var > 0:
-            adv[rows] = (rg - mean) / torch.sqrt(var + eps)
+            adv[rows] = (rg - mean) / torch.sqrt(var + eps) if whiten else rg - mean
     return adv.float()
 
 

@@ -44,6 +44,8 @@ class UpdateConfig:
     activation_checkpointing: bool = False
     # Loss tokens per chunk of the LM head + log-softmax (and entropy); 0 = all loss tokens at once.
     logit_chunk_tokens: int = 1024
+    # Advantages per group: "whiten" (r - mean) / std (AZR), "center" r - mean (learners.pg_loss).
+    advantage_norm: Literal["whiten", "center"] = "whiten"
 
     def __post_init__(self) -> None:
         if self.logit_chunk_tokens < 0:
@@ -54,6 +56,12 @@ class UpdateConfig:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         if self.micro_batch_tokens < 1:
             raise ValueError(f"micro_batch_tokens must be >= 1, got {self.micro_batch_tokens}")
+        if self.advantage_norm not in ("whiten", "center"):
+            raise ValueError(f"advantage_norm must be 'whiten' or 'center', got {self.advantage_norm!r}")
+
+    @property
+    def whiten(self) -> bool:
+        return self.advantage_norm == "whiten"
 
 
 def resolve_activation_checkpointing(setting: Literal["auto", "on", "off"], device: torch.device | str) -> bool:
@@ -194,7 +202,7 @@ class PolicyLearner:
         """
         if not samples:
             raise ValueError("PolicyLearner.step needs at least one sample")
-        targets = step_targets(samples)
+        targets = step_targets(samples, whiten=self.update_config.whiten)
         share = self.share(samples, targets.advantages, targets.slot_token_totals)
         stats: dict[int, dict[str, float]] = {}
         for _ in range(self.update_config.epochs):
@@ -221,7 +229,7 @@ class PolicyLearner:
             raise ValueError(f"share {index} of {shares}: the index must be in 0..{shares - 1}")
         if not samples:
             return self.share([], torch.zeros(0), {})
-        targets = step_targets(samples)
+        targets = step_targets(samples, whiten=self.update_config.whiten)
         idx = split_samples(samples, shares)[index]
         return self.share([samples[i] for i in idx], targets.advantages[idx], targets.slot_token_totals)
 
@@ -389,7 +397,7 @@ def data_parallel_step(
         raise ValueError("the assignment must place every sample in exactly one share")
     if len({r.update_config.epochs for r in replicas}) != 1:
         raise ValueError("replicas of one step must run the same number of epochs")
-    targets = step_targets(samples)
+    targets = step_targets(samples, whiten=replicas[0].update_config.whiten)
     shares = [
         replica.share([samples[i] for i in idx], targets.advantages[list(idx)], targets.slot_token_totals)
         for replica, idx in zip(replicas, assignment)

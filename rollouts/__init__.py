@@ -74,6 +74,7 @@ class ProposalJob:
     generation: Any = None
     references: int = 0  # references shown (after trimming to the prompt budget)
     references_dropped: int = 0  # references left out so the prompt fits
+    reference_tasks: list[Task] = field(default_factory=list)  # drawn from the buffers for this prompt (code_f: the probed task)
 
 
 @dataclass
@@ -247,7 +248,7 @@ def proposal_jobs(
             else:
                 prompt, _, kept = prompts.prompter.fitted_teacher(family, refs, prompts.budget)
             jobs.append(ProposalJob(teacher, student, family, prompt, program, references=kept,
-                                    references_dropped=len(refs) - kept))
+                                    references_dropped=len(refs) - kept, reference_tasks=list(refs)))
     return jobs
 
 
@@ -378,7 +379,7 @@ def solve_rates(n_proposals: int, solves: Sequence[SolveJob], judgements: Sequen
 def proposer_reward(rho: float | None, rewards: RewardsConfig, single_agent: bool) -> float:
     if rho is not None and single_agent:
         return learnability_reward(rho)
-    return teacher_reward(rho is not None, rho, invalid=rewards.teacher_invalid)
+    return teacher_reward(rho is not None, rho, invalid=rewards.teacher_invalid, unsolved=rewards.teacher_unsolved)
 
 
 def teacher_samples(jobs: Sequence[ProposalJob], rho: Sequence[float | None], rewards: RewardsConfig,

@@ -26,14 +26,15 @@ def solve_rate(correct: Sequence[bool]) -> float:
     return sum(bool(c) for c in correct) / len(correct)
 
 
-def teacher_reward(valid: bool, rho: float | None, invalid: float = -1.0) -> float:
-    """-1 (``invalid``) for an invalid task, 0 when the student never solves it, else 1 - rho."""
+def teacher_reward(valid: bool, rho: float | None, invalid: float = -1.0, unsolved: float = 0.0) -> float:
+    """-1 (``invalid``) for an invalid task, 0 (``unsolved``, the floor) when the student never solves it,
+    else 1 - rho."""
     if not valid:
         return float(invalid)
     if rho is None:
         raise ValueError("a valid task needs the student's solve rate rho")
     rho = _check_rho(rho)
-    return 0.0 if rho == 0.0 else 1.0 - rho
+    return float(unsolved) if rho == 0.0 else 1.0 - rho
 
 
 def student_reward(correct: bool, well_formed: bool, wrong: float = -0.5, malformed: float = -1.0, correct_reward: float = 1.0) -> float:
