@@ -1,0 +1,290 @@
+"""The paper's dynamics, measured: the tiny population against the tiny single agent over several seeds.
+
+    python bench/dynamics.py [--steps 150] [--seeds 3] [--keep DIR] [--probes 120] [--samples 4] [key=value ...]
+    python bench/dynamics.py --report-only --keep DIR        # summary and figure of the runs kept in DIR
+    python bench/dynamics.py --steps 3 --seeds 1 --probes 6 --samples 1 model.tiny_variant=test   # smoke run
+
+Arms: ``--population-config`` (default ``configs/tiny.yaml``, 2 teachers + 2 students) and ``--single-config``
+(default ``configs/tiny-single.yaml``, one adapter proposing and solving), compute-matched per adapter: every
+adapter generates and trains on the same numbers of tasks and rollouts per step in both arms (the single agent
+proposes ``tasks_per_teacher`` tasks and solves them ``rollouts_k`` times, as one teacher and one student do).
+Seed s runs both arms with ``run.seed=s``; the overrides apply to both.
+
+Runs are kept under ``--keep`` (default ``bench/results/dynamics``): ``population/seed-<s>`` and
+``single/seed-<s>``, each a normal run directory. A finished run is reused, an interrupted one resumed from its
+latest checkpoint (``run.checkpoint_every`` is 25 here), a failed one reported and left out of every mean. The
+folder's ``study.json`` records what its runs ran (configs, overrides, steps, model variant, a digest of the
+training code); a folder holding runs of another study is refused with the difference named.
+
+Reports (``reporting.study``): per arm and metric the seed-mean trajectory with its 95 % band, the OLS slope per
+100 steps pooled over seeds with its 95 % CI and the per-seed slopes; the complexity of the programs the teachers
+wrote, and apart of the programs drawn from the buffers; the diagnostics of issue 40's suspects; at the end the
+held-out probe solve rates of ``bench/learning.py``'s probe set (every population student, the weakest per seed,
+the single agent, the base). The figure ``DIR/dynamics.png`` draws complexity and solve rate over training for
+both arms with seed bands. Last line: one JSON object with every slope, CI and claim verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from reporting.run_dir import RunDirectory  # noqa: E402
+from reporting.study import COMPLEXITY, study_summary  # noqa: E402
+
+ARMS = ("population", "single")
+TRAINING_CODE = ("actors", "checkpoints", "configs", "evolution", "inference", "learners", "rollouts", "tinycoder",
+                 "verifier", "launch.py")
+"""What decides a run's numbers: a study's runs must all come from the same contents of these."""
+SECONDS_PER_STEP = {"population": 4.4, "single": 3.2}
+"""Guesses for the first run's expected minutes (the tiny default on an idle 2-core machine); later runs use
+the seconds per step the study has measured."""
+CHECKPOINT_EVERY = 25
+
+
+def log(message: str) -> None:
+    print(f"[dynamics] {message}", file=sys.stderr, flush=True)
+
+
+def code_version() -> str:
+    """A digest of the tracked training code (``TRAINING_CODE``) as it is in the working tree."""
+    listed = subprocess.run(["git", "ls-files", "--", *TRAINING_CODE], cwd=ROOT, capture_output=True, text=True)
+    files = sorted(line for line in listed.stdout.splitlines() if line.endswith((".py", ".yaml")))
+    if listed.returncode != 0 or not files:  # not a git checkout: every Python file of those folders
+        files = sorted(str(p.relative_to(ROOT)) for name in TRAINING_CODE for p in (ROOT / name).rglob("*.py"))
+    digest = hashlib.sha256()
+    for name in files:
+        path = ROOT / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def study_identity(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "steps": args.steps,
+        "population_config": (ROOT / args.population_config).read_text(),
+        "single_config": (ROOT / args.single_config).read_text(),
+        "overrides": list(args.overrides),
+        "code_version": code_version(),
+    }
+
+
+def check_identity(folder: Path, identity: dict[str, Any], report_only: bool) -> None:
+    """Record ``identity`` in a new study folder; refuse one whose runs ran something else (naming what)."""
+    path = folder / "study.json"
+    if not path.is_file():
+        if report_only:
+            raise SystemExit(f"error: {folder} holds no study (no study.json); run the study first")
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(identity, indent=1))
+        return
+    kept = json.loads(path.read_text())
+    differ = sorted(k for k in identity if kept.get(k) != identity[k])
+    if report_only:
+        for key in differ:
+            log(f"note: the kept runs ran with another {key} than this invocation's; reporting them as they ran")
+        return
+    if differ:
+        shown = {k: (kept.get(k), identity[k]) for k in differ if k not in ("population_config", "single_config")}
+        raise SystemExit(f"error: {folder} holds runs of another study: {', '.join(differ)} differ "
+                         f"({'; '.join(f'{k}: kept {a!r}, now {b!r}' for k, (a, b) in shown.items()) or 'config files changed'}). "
+                         "Use another --keep folder (or --report-only to summarise the kept runs as they are).")
+
+
+def run_state(run_dir: Path, steps: int) -> tuple[str, int]:
+    """("finished" | "resumable" | "new" | "failed", last complete step) of a kept run."""
+    if not (run_dir / "config.yaml").is_file():
+        return "new", 0
+    rows = RunDirectory(run_dir).read_metrics()
+    last = rows[-1]["step"] if rows else 0
+    status = RunDirectory(run_dir).read_status() or {}
+    if last >= steps and status.get("state") == "finished":
+        return "finished", last
+    if status.get("state") == "failed":
+        return "failed", last
+    checkpoint, _ = RunDirectory(run_dir).find_checkpoint()
+    return ("resumable", last) if checkpoint is not None else ("new", 0)
+
+
+def latest_checkpoint_step(run_dir: Path) -> int:
+    """The step of the run's latest complete checkpoint (0 without one)."""
+    from actors.driver import checkpoint_step
+
+    checkpoint, _ = RunDirectory(run_dir).find_checkpoint()
+    return checkpoint_step(checkpoint) if checkpoint is not None else 0
+
+
+def train(arm: str, config: str, run_dir: Path, seed: int, steps: int, overrides: list[str],
+          seconds_per_step: float, label: str) -> tuple[bool, float]:
+    """Run (or resume) one arm's seed to ``steps``; returns (finished, seconds per step of this session)."""
+    state, last = run_state(run_dir, steps)
+    if state == "finished":
+        log(f"{label}: finished earlier ({last} steps), reused")
+        return True, 0.0
+    if state == "failed":
+        log(f"{label}: FAILED earlier at step {last} ({RunDirectory(run_dir).describe_status(RunDirectory(run_dir).read_status())}); "
+            "left out of the means (delete the folder to run it again)")
+        return False, 0.0
+    if state == "resumable":
+        done = latest_checkpoint_step(run_dir)
+        todo = steps - done
+        cmd = [sys.executable, "launch.py", "--resume", str(run_dir), "--steps", str(todo), "--quiet"]
+        what = f"resuming from step {done}"
+    else:
+        if run_dir.exists():
+            import shutil
+
+            shutil.rmtree(run_dir)  # started but never reached a checkpoint: nothing to keep
+        todo = steps
+        cmd = [sys.executable, "launch.py", "--config", config, "--run-dir", str(run_dir), "--steps", str(steps),
+               "--quiet", f"run.seed={seed}", f"run.checkpoint_every={CHECKPOINT_EVERY}", "run.dashboard=false",
+               *overrides]
+        what = "starting"
+    log(f"{label}: {what}, {todo} steps, expected ~{todo * seconds_per_step / 60:.1f} min "
+        f"({seconds_per_step:.1f} s/step)")
+    start = time.perf_counter()
+    done_run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done_run.returncode != 0:
+        log(f"{label}: the run failed ({done_run.returncode}); left out of the means. Its end:\n"
+            f"{done_run.stderr[-2000:]}")
+        return False, 0.0
+    log(f"{label}: done in {seconds / 60:.1f} min")
+    return True, seconds / todo
+
+
+def probe_scores(folder: Path, runs: dict[str, list[Path]], args: argparse.Namespace) -> dict[str, Any]:
+    """(correct, answers) on the held-out probes for every final student of every run, and for the base;
+    cached in ``folder/probes.json`` per run and checkpoint."""
+    from learning import final_students, probe_tasks  # bench/learning.py: the probe set and its scoring
+    from learning import solve_rate as probe_solve_rate
+    from configs.loading import load_config
+    from inference import make_engine
+    from tinycoder import ensure_model
+    from verifier import Verifier
+
+    cache_path = folder / "probes.json"
+    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    key_of = lambda run_dir, member: f"{run_dir.relative_to(folder)}:{latest_checkpoint_step(run_dir)}:{member}:{args.probes}x{args.samples}"  # noqa: E731
+    wanted = {arm: [(d, final_students(d)) for d in dirs] for arm, dirs in runs.items()}
+    base_key = f"base:{args.probes}x{args.samples}"
+    missing = [(d, m, p) for arm in ARMS for d, students in wanted[arm] for m, p in students.items()
+               if key_of(d, m) not in cache]
+    if missing or base_key not in cache:
+        sample_run = next(d for arm in ARMS for d in runs[arm])
+        run_cfg = load_config(sample_run / "config.yaml")
+        model_dir = ensure_model(run_cfg.model.tiny_variant)
+        verifier = Verifier()
+        tasks = probe_tasks(model_dir, args.probes, 4, verifier)
+        engine = make_engine("hf", model_dir, max_adapters=max(1, len(missing)), max_lora_rank=run_cfg.lora.rank)
+        temperature, max_tokens = run_cfg.inference.temperature, run_cfg.inference.max_tokens
+        answers = len(tasks) * args.samples
+        if base_key not in cache:
+            rate, _ = probe_solve_rate(engine, None, tasks, args.samples, temperature, max_tokens, verifier)
+            cache[base_key] = [round(rate * answers), answers]
+            log(f"probe solve rate of the base: {rate:.3f} ({answers} answers)")
+        for version, (run_dir, member, path) in enumerate(missing):
+            name = f"m{version}"
+            engine.load_adapter(name, path, version + 1)
+            rate, _ = probe_solve_rate(engine, name, tasks, args.samples, temperature, max_tokens, verifier)
+            cache[key_of(run_dir, member)] = [round(rate * answers), answers]
+            log(f"probe solve rate of {run_dir.relative_to(folder)} {member}: {rate:.3f}")
+            cache_path.write_text(json.dumps(cache, indent=1))
+        cache_path.write_text(json.dumps(cache, indent=1))
+        verifier.close()
+    return {
+        **{arm: [[tuple(cache[key_of(d, m)]) for m in sorted(students)] for d, students in wanted[arm]] for arm in ARMS},
+        "base": tuple(cache[base_key]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 of each arm")
+    parser.add_argument("--keep", type=Path, default=ROOT / "bench" / "results" / "dynamics", help="the study folder")
+    parser.add_argument("--population-config", default="configs/tiny.yaml")
+    parser.add_argument("--single-config", default="configs/tiny-single.yaml")
+    parser.add_argument("--probes", type=int, default=120, help="held-out probe tasks (0: no probes)")
+    parser.add_argument("--samples", type=int, default=4, help="answers per probe task and student")
+    parser.add_argument("--jobs", type=int, choices=(1, 2), default=1,
+                        help="runs at once: 2 trains a seed's two arms side by side (timings then are not timings)")
+    parser.add_argument("--report-only", action="store_true", help="summarise the kept runs (no training)")
+    parser.add_argument("overrides", nargs="*", help="config overrides (key=value) applied to both arms")
+    args = parser.parse_args()
+    if args.steps < 3 or args.seeds < 1:
+        parser.error("--steps must be >= 3 (a slope needs 3 points) and --seeds >= 1")
+    from configs.loading import load_config
+
+    for config in (args.population_config, args.single_config):  # a bad override fails here, before any run
+        load_config(ROOT / config, args.overrides)
+    folder = args.keep.resolve()
+    check_identity(folder, study_identity(args), args.report_only)
+
+    configs = {"population": args.population_config, "single": args.single_config}
+    pace = dict(SECONDS_PER_STEP)
+    usable: dict[str, list[Path]] = {arm: [] for arm in ARMS}
+    failed: list[str] = []
+    for seed in range(args.seeds):
+        def one(arm: str) -> bool:
+            run_dir = folder / arm / f"seed-{seed}"
+            label = f"{arm} seed {seed} ({seed + 1}/{args.seeds})"
+            if args.report_only:
+                state, last = run_state(run_dir, args.steps)
+                if state != "finished" and state != "new":
+                    log(f"{label}: {state} at step {last}; left out")
+                return state == "finished"
+            ok, measured = train(arm, configs[arm], run_dir, seed, args.steps, args.overrides, pace[arm], label)
+            if measured:
+                pace[arm] = measured
+            return ok
+
+        # --jobs 2: a seed's two arms at once (each run keeps about one core busy; the next seed starts when both end)
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            outcomes = dict(zip(ARMS, pool.map(one, ARMS)))
+        for arm, ok in outcomes.items():
+            run_dir = folder / arm / f"seed-{seed}"
+            if ok:
+                usable[arm].append(run_dir)
+            elif run_dir.exists():
+                failed.append(run_dir)
+    if not all(usable[arm] for arm in ARMS):
+        raise SystemExit(f"error: no finished run of {', '.join(a for a in ARMS if not usable[a])} in {folder}")
+
+    rows = {arm: [RunDirectory(d).read_metrics() for d in usable[arm]] for arm in ARMS}
+    probes = probe_scores(folder, usable, args) if args.probes > 0 else None
+    summary = study_summary(rows["population"], rows["single"], probes)
+    from reporting.study_figure import draw_study
+
+    figure = draw_study(rows["population"], rows["single"], folder / "dynamics.png")
+    summary.update({
+        "steps": args.steps, "seeds": {arm: len(usable[arm]) for arm in ARMS},
+        "failed_runs": [str(p.relative_to(folder)) for p in failed], "overrides": args.overrides,
+        "code_version": json.loads((folder / "study.json").read_text())["code_version"],
+        "figure": str(figure), "folder": str(folder),
+    })
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1))
+    for arm in ARMS:
+        m = summary[arm]["metrics"]
+        log(f"{arm}: " + ", ".join(f"{k.removeprefix('program_')} {m[k]['slope']:+.2f}+-{m[k]['ci']:.2f}"
+                                   for k in COMPLEXITY if m[k]["slope"] is not None)
+            + f" per 100 steps; solve {m['solve_rate']['first']} -> {m['solve_rate']['last']}")
+    log("verdicts: " + ", ".join(f"{k} {v}" for k, v in summary["verdicts"].items()))
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
