@@ -42,8 +42,11 @@ def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
     rows = metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
     keys = {"step", "members", "valid_rate", "solve_rate", "teacher_reward", "student_reward", "program_ast_depth",
-            "program_cyclomatic", "program_loc", "program_variables", "coverage", "phase_seconds", "evolution"}
+            "program_cyclomatic", "program_loc", "program_variables", "coverage", "phase_seconds", "evolution",
+            "written_programs", "buffer_programs", "buffer_seed_share", "buffer_program_loc", "rho_by_teacher"}
     assert keys <= set(rows[0])
+    assert rows[0]["buffer_programs"] > 0 and rows[0]["buffer_seed_share"] == 1.0  # step 1 draws only seed tasks
+    assert set(rows[0]["rho_by_teacher"]) == {m["id"] for m in rows[0]["members"] if m["role"] == "teacher"}
     assert set(rows[0]["phase_seconds"]) == {"match", "propose", "validate", "solve", "judge", "train", "handover", "record",
                                              "evolve"}
     tokens = rows[0]["tokens"]  # what the time plan's --from-run reads

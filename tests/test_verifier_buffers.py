@@ -63,6 +63,7 @@ def test_seeding_from_identity_and_from_a_file(tmp_path):
 def test_rewards():
     assert teacher_reward(False, None) == -1.0 and teacher_reward(False, 0.5, invalid=-2) == -2
     assert teacher_reward(True, 0.0) == 0.0 and teacher_reward(True, 0.25) == 0.75 and teacher_reward(True, 1.0) == 0.0
+    assert teacher_reward(True, 0.0, unsolved=-0.25) == -0.25 and teacher_reward(True, 0.5, unsolved=-0.25) == 0.5
     assert student_reward(True, True) == 1.0 and student_reward(False, True) == -0.5 and student_reward(True, False) == -1.0
     assert student_reward(False, True, wrong=-0.25) == -0.25 and student_reward(False, False, malformed=-2) == -2
     assert learnability_reward(0.0) == 0.0 and learnability_reward(1.0) == 0.0 and learnability_reward(0.25) == 0.75

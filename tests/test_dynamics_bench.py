@@ -1,0 +1,81 @@
+"""`bench/dynamics.py` as a smoke run (3 steps, one seed, the tiny test model), then what a kept study folder does
+on a rerun: finished runs are reused, runs of another study are refused, failed runs are never averaged in."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from short_runs import ROOT, launch_env
+
+OVERRIDES = ["model.tiny_variant=test", "tasks.tasks_per_teacher=3", "tasks.rollouts_k=2", "inference.max_tokens=96",
+             "verifier.actors=2"]
+CLAIMS = {"single_complexity_down", "population_complexity_not_down", "population_coverage_per_proposal_higher",
+          "population_mean_probe_ge_single", "weakest_member_probe_ge_single"}
+
+
+def bench(folder: Path, *args: str, overrides: list[str] = OVERRIDES) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "bench/dynamics.py", "--steps", "3", "--seeds", "1", "--probes", "3", "--samples", "1",
+           "--keep", str(folder), *args, *overrides]
+    return subprocess.run(cmd, cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    folder = tmp_path_factory.mktemp("dynamics") / "study"
+    return folder, bench(folder, "--jobs", "2")
+
+
+def test_smoke_study_reports_every_claim(study):
+    folder, done = study
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(result["verdicts"]) == CLAIMS
+    assert all(v in ("holds", "fails", "inconclusive") for v in result["verdicts"].values())
+    assert result["seeds"] == {"population": 1, "single": 1} and result["failed_runs"] == []
+    for arm in ("population", "single"):
+        metrics = result[arm]["metrics"]
+        assert {"program_loc", "buffer_program_loc", "solve_rate", "unsolved_share"} <= set(metrics)
+        assert result[arm]["steps"] == [3]
+    assert 0 <= result["comparisons"]["probe_base"] <= 1
+    assert (folder / "dynamics.png").stat().st_size > 10_000
+    assert (folder / "population" / "seed-0" / "metrics.jsonl").is_file()
+    assert "expected ~" in done.stderr  # a progress line per run with its expected minutes
+
+
+def test_a_rerun_reuses_the_finished_runs(study):
+    folder, _ = study
+    again = bench(folder, "--report-only")
+    assert again.returncode == 0, again.stderr[-3000:]
+    rerun = bench(folder)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert rerun.stderr.count("finished earlier (3 steps), reused") == 2
+    assert json.loads(rerun.stdout.strip().splitlines()[-1])["verdicts"] == json.loads(
+        again.stdout.strip().splitlines()[-1])["verdicts"]
+
+
+def test_runs_of_another_study_are_refused_before_any_run(study):
+    folder, _ = study
+    before = sorted(p.name for p in (folder / "single").iterdir())
+    other = bench(folder, overrides=[*OVERRIDES[:-1], "verifier.actors=1"])
+    assert other.returncode != 0
+    assert "holds runs of another study" in other.stderr and "overrides" in other.stderr
+    assert "starting" not in other.stderr
+    assert sorted(p.name for p in (folder / "single").iterdir()) == before
+
+
+def test_a_failed_run_is_reported_and_left_out(study, tmp_path):
+    folder, _ = study
+    copy = tmp_path / "study"
+    shutil.copytree(folder, copy)
+    status = copy / "single" / "seed-0" / "status.json"
+    status.write_text(json.dumps({**json.loads(status.read_text()), "state": "failed", "cause": "killed"}))
+    done = bench(copy, "--report-only")
+    assert done.returncode != 0
+    assert "single seed 0 (1/1): failed at step 3; left out" in done.stderr
+    assert "no finished run of single" in done.stderr
