@@ -169,21 +169,21 @@ def train(arm: str, config: str, run_dir: Path, seed: int, steps: int, overrides
 def probe_scores(folder: Path, runs: dict[str, list[Path]], args: argparse.Namespace) -> dict[str, Any]:
     """(correct, answers) on the held-out probes for every final student of every run, and for the base;
     cached in ``folder/probes.json`` per run and checkpoint."""
-    from learning import final_students, probe_tasks  # bench/learning.py: the probe set and its scoring
-    from learning import solve_rate as probe_solve_rate
-    from configs.loading import load_config
-    from inference import make_engine
-    from tinycoder import ensure_model
-    from verifier import Verifier
-
     cache_path = folder / "probes.json"
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     key_of = lambda run_dir, member: f"{run_dir.relative_to(folder)}:{latest_checkpoint_step(run_dir)}:{member}:{args.probes}x{args.samples}"  # noqa: E731
-    wanted = {arm: [(d, final_students(d)) for d in dirs] for arm, dirs in runs.items()}
+    wanted = {arm: [(d, RunDirectory(d).final_adapters()) for d in dirs] for arm, dirs in runs.items()}
     base_key = f"base:{args.probes}x{args.samples}"
     missing = [(d, m, p) for arm in ARMS for d, students in wanted[arm] for m, p in students.items()
                if key_of(d, m) not in cache]
     if missing or base_key not in cache:
+        from learning import probe_tasks  # bench/learning.py: the probe set and its scoring
+        from learning import solve_rate as probe_solve_rate
+        from configs.loading import load_config
+        from inference import make_engine
+        from tinycoder import ensure_model
+        from verifier import Verifier
+
         sample_run = next(d for arm in ARMS for d in runs[arm])
         run_cfg = load_config(sample_run / "config.yaml")
         model_dir = ensure_model(run_cfg.model.tiny_variant)

@@ -94,15 +94,6 @@ def train(config: str, run_dir: Path, steps: int, variant: str, overrides: list[
     return time.perf_counter() - start
 
 
-def final_students(run_dir: Path) -> dict[str, Path]:
-    """Member id -> PEFT directory of every student (or the single agent) in the latest checkpoint."""
-    pointer = (run_dir / "checkpoints" / "latest").read_text().strip()
-    checkpoint = run_dir / "checkpoints" / pointer
-    league = json.loads((checkpoint / "league.json").read_text())
-    students = {m for m, role in league["roles"].items() if role in ("student", "agent")}
-    return {p.parent.name: p.parent for p in checkpoint.glob("learners/*/adapters/*/adapter_config.json") if p.parent.name in students}
-
-
 def trajectory(run_dir: Path) -> dict[str, list[float]]:
     rows = RunDirectory(run_dir).read_metrics()
     keys = ("valid_rate", "solve_rate", "program_ast_depth", "program_cyclomatic", "program_loc", "program_variables", "coverage")
@@ -136,7 +127,7 @@ def main() -> None:
         else:
             pop_seconds = train("configs/tiny.yaml", pop_dir, args.steps, args.variant, args.overrides)
             single_seconds = train("configs/tiny-single.yaml", single_dir, args.steps, args.variant, args.overrides)
-        pop_students, single_students = final_students(pop_dir), final_students(single_dir)
+        pop_students, single_students = RunDirectory(pop_dir).final_adapters(), RunDirectory(single_dir).final_adapters()
 
         rank = json.loads(next(iter(pop_students.values())).joinpath("adapter_config.json").read_text())["r"]
         engine = make_engine("hf", model_dir, max_adapters=len(pop_students) + len(single_students), max_lora_rank=rank)

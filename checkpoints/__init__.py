@@ -218,3 +218,14 @@ class CheckpointStore:
     def latest_checkpoint(self) -> Path | None:
         """The newest undamaged checkpoint (``find_checkpoint`` without its messages)."""
         return self.find_checkpoint()[0]
+
+    def final_adapters(self, roles: tuple[str, ...] = ("student", "agent")) -> dict[str, Path]:
+        """Member id -> PEFT adapter directory of every member whose role (``league.json``) is in ``roles``, in the
+        newest undamaged checkpoint (empty without one)."""
+        checkpoint = self.latest_checkpoint()
+        if checkpoint is None:
+            return {}
+        league = json.loads((checkpoint / "league.json").read_text())
+        wanted = {member for member, role in league["roles"].items() if role in roles}
+        return {p.parent.name: p.parent for p in sorted(checkpoint.glob("learners/*/adapters/*/adapter_config.json"))
+                if p.parent.name in wanted}

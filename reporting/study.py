@@ -3,8 +3,8 @@ the paper's dynamics claims, from the kept runs' ``metrics.jsonl`` rows. Pure ma
 
 Per arm (population, single agent) and metric, over its S seeds (each seed one run):
 
-- **band**: per step the seed mean and its 95 % interval, ybar_t +- t_{0.975, S-1} s_t / sqrt(S) (S >= 2; one
-  seed has no band);
+- **band**: per step the seed mean of the seeds' smoothed series (centred rolling means) and its 95 % interval,
+  ybar_t +- t_{0.975, S-1} s_t / sqrt(S) (S >= 2; one seed has no band);
 - **pooled slope**: the OLS line of y on the step over every measured (seed, step) point
   (``reporting.report_trends.fit_line``), per 100 steps, +- its 95 % CI. The points of one seed are not
   independent (a run drifts), so the CI is a lower bound on the uncertainty; the per-seed slopes are
@@ -34,8 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from reporting.report_summary import series
-from reporting.report_trends import fit_line, t_quantile_975
+from reporting.report_summary import CUMULATIVE, series
+from reporting.report_trends import fit_line, rolling_mean, smoothing_half_width, t_quantile_975
 
 Rows = list[dict[str, Any]]
 
@@ -103,9 +103,16 @@ def pooled_slope(runs: Sequence[Rows], key: str) -> Slope | None:
     return Slope(fit.slope * PER, fit.slope_ci * PER, tuple(per_seed), len(x))
 
 
-def seed_band(runs: Sequence[Rows], key: str) -> dict[str, list[float]]:
-    """Per step measured by every seed: ``steps``, the seed ``mean``, and ``lo``/``hi`` of its 95 % interval."""
-    per_run = [dict(zip(*series(rows, key))) for rows in runs]
+def seed_band(runs: Sequence[Rows], key: str, smooth: bool = True) -> dict[str, list[float]]:
+    """Per step measured by every seed: ``steps``, the seed ``mean``, and ``lo``/``hi`` of its 95 % interval.
+    With ``smooth`` each seed's series is first its centred rolling mean (``reporting.report_trends``; running
+    totals are left as they are), so the band is that of the seeds' trajectories, not of one step's noise."""
+    per_run = []
+    for rows in runs:
+        steps, values = series(rows, key)
+        if smooth and key not in CUMULATIVE:
+            values = rolling_mean(values, smoothing_half_width(len(values)))
+        per_run.append(dict(zip(steps, values)))
     steps = sorted(set.intersection(*(set(d) for d in per_run))) if per_run else []
     mean, lo, hi = [], [], []
     for step in steps:

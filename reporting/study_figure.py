@@ -1,7 +1,7 @@
 """The figure of a multi-seed study (``bench/dynamics.py``), laid out like the paper's: the complexity of the
 programs the teachers wrote, the solve and valid rates, the teacher reward and coverage over training, the
-population and the single agent overlaid, each as its seed mean (centred rolling mean,
-``reporting.report_trends``) inside the 95 % band across seeds (``reporting.study.seed_band``)."""
+population and the single agent overlaid, each as the mean of its seeds' smoothed series inside the 95 % band
+across seeds (``reporting.study.seed_band``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from reporting.report_trends import rolling_mean, smoothing_half_width  # noqa: E402
+from reporting.report_summary import CUMULATIVE  # noqa: E402
 from reporting.study import pooled_slope, seed_band, with_derived  # noqa: E402
 
 Rows = list[dict[str, Any]]
@@ -43,19 +43,14 @@ def draw_study(population: Sequence[Rows], single: Sequence[Rows], path: Path) -
             if not band["steps"]:
                 continue
             steps = np.array(band["steps"])
-            smooth = key != "coverage"
-            h = smoothing_half_width(len(steps))
-            mean = rolling_mean(band["mean"], h) if smooth else np.array(band["mean"])
-            lo = rolling_mean(band["lo"], h) if smooth else np.array(band["lo"])
-            hi = rolling_mean(band["hi"], h) if smooth else np.array(band["hi"])
-            slope = pooled_slope(runs, key) if smooth else None
+            slope = pooled_slope(runs, key) if key not in CUMULATIVE else None
             label = f"{name} ({len(runs)} seeds)" + (f": {slope.slope:+.2f} +- {slope.ci:.2f} / 100 steps" if slope else "")
-            ax.plot(steps, mean, color=color, label=label)
-            ax.fill_between(steps, lo, hi, color=color, alpha=0.2, linewidth=0)
+            ax.plot(steps, band["mean"], color=color, label=label)
+            ax.fill_between(steps, band["lo"], band["hi"], color=color, alpha=0.2, linewidth=0)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.legend(fontsize=7)
-    fig.suptitle("population vs single agent: seed mean (rolling) with the 95% band across seeds; "
+    fig.suptitle("population vs single agent: mean of the seeds' rolling means, 95% band across seeds; "
                  "legend: OLS slope pooled over seeds")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
