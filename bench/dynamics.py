@@ -12,9 +12,9 @@ Seed s runs both arms with ``run.seed=s``; the overrides apply to both.
 
 Runs are kept under ``--keep`` (default ``bench/results/dynamics``): ``population/seed-<s>`` and
 ``single/seed-<s>``, each a normal run directory. A finished run is reused, an interrupted one resumed from its
-latest checkpoint (``run.checkpoint_every`` is 25 here), a failed one reported and left out of every mean. The
-folder's ``study.json`` records what its runs ran (configs, overrides, steps, model variant, a digest of the
-training code); a folder holding runs of another study is refused with the difference named.
+latest checkpoint (every 25 steps, ``checkpoint_period``), a failed one reported and left out of every mean.
+The folder's ``study.json`` records what its runs ran (configs, overrides, steps, a digest of the training
+code); a folder holding runs of another study is refused with the difference named.
 
 Reports (``reporting.study``): per arm and metric the seed-mean trajectory with its 95 % band, the OLS slope per
 100 steps pooled over seeds with its 95 % CI and the per-seed slopes; the complexity of the programs the teachers
@@ -51,7 +51,6 @@ TRAINING_CODE = ("actors", "checkpoints", "configs", "evolution", "inference", "
 SECONDS_PER_STEP = {"population": 4.4, "single": 3.2}
 """Guesses for the first run's expected minutes (the tiny default on an idle 2-core machine); later runs use
 the seconds per step the study has measured."""
-CHECKPOINT_EVERY = 25
 
 
 def log(message: str) -> None:
@@ -105,18 +104,24 @@ def check_identity(folder: Path, identity: dict[str, Any], report_only: bool) ->
 
 
 def run_state(run_dir: Path, steps: int) -> tuple[str, int]:
-    """("finished" | "resumable" | "new" | "failed", last complete step) of a kept run."""
+    """("finished" | "resumable" | "new" | "failed", last recorded step) of a kept run. A run whose metrics and
+    checkpoint reached ``steps`` is finished even if its driver was killed while stopping."""
     if not (run_dir / "config.yaml").is_file():
         return "new", 0
-    rows = RunDirectory(run_dir).read_metrics()
+    run = RunDirectory(run_dir)
+    rows = run.read_metrics()
     last = rows[-1]["step"] if rows else 0
-    status = RunDirectory(run_dir).read_status() or {}
-    if last >= steps and status.get("state") == "finished":
-        return "finished", last
-    if status.get("state") == "failed":
+    if (run.read_status() or {}).get("state") == "failed":
         return "failed", last
-    checkpoint, _ = RunDirectory(run_dir).find_checkpoint()
-    return ("resumable", last) if checkpoint is not None else ("new", 0)
+    saved = latest_checkpoint_step(run_dir)
+    if last >= steps and saved >= steps:
+        return "finished", last
+    return ("resumable", last) if saved else ("new", 0)
+
+
+def checkpoint_period(steps: int) -> int:
+    """``run.checkpoint_every`` of the study's runs: every 25 steps, more often in a short run (3 per run at least)."""
+    return max(1, min(25, steps // 3))
 
 
 def latest_checkpoint_step(run_dir: Path) -> int:
@@ -150,7 +155,7 @@ def train(arm: str, config: str, run_dir: Path, seed: int, steps: int, overrides
             shutil.rmtree(run_dir)  # started but never reached a checkpoint: nothing to keep
         todo = steps
         cmd = [sys.executable, "launch.py", "--config", config, "--run-dir", str(run_dir), "--steps", str(steps),
-               "--quiet", f"run.seed={seed}", f"run.checkpoint_every={CHECKPOINT_EVERY}", "run.dashboard=false",
+               "--quiet", f"run.seed={seed}", f"run.checkpoint_every={checkpoint_period(steps)}", "run.dashboard=false",
                *overrides]
         what = "starting"
     log(f"{label}: {what}, {todo} steps, expected ~{todo * seconds_per_step / 60:.1f} min "

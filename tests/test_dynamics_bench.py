@@ -78,3 +78,23 @@ def test_a_failed_run_is_reported_and_left_out(study, tmp_path):
     assert done.returncode != 0
     assert "single seed 0 (1/1): failed at step 3; left out" in done.stderr
     assert "no finished run of single" in done.stderr
+
+
+def test_an_interrupted_run_is_resumed_from_its_checkpoint(study, tmp_path):
+    folder, first = study
+    copy = tmp_path / "study"
+    shutil.copytree(folder, copy)
+    run = copy / "single" / "seed-0"
+    shutil.rmtree(run / "checkpoints" / "step-3")  # killed after step 2's checkpoint (runs here save every step)
+    (run / "checkpoints" / "latest").write_text("step-2")
+    status = run / "status.json"
+    status.write_text(json.dumps({**json.loads(status.read_text()), "state": "running", "last_step": 3}))
+    done = bench(copy)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "single seed 0 (1/1): resuming from step 2, 1 steps" in done.stderr
+    assert "population seed 0 (1/1): finished earlier (3 steps), reused" in done.stderr
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert [r["step"] for r in rows if "valid_rate" in r] == [1, 2, 3]
+    resumed, original = (json.loads(d.stdout.strip().splitlines()[-1])["single"]["metrics"]["program_loc"]
+                         for d in (done, first))
+    assert resumed == original  # a resumed run recomputes its steps exactly
