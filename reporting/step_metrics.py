@@ -56,7 +56,7 @@ def written_programs(proposals: Sequence[Any], validations: Sequence[Any]) -> li
 
 def buffer_draws(proposals: Sequence[Any]) -> list[Any]:
     """The tasks drawn from the buffers for this step's prompts (references and code_f probes)."""
-    return [task for job in proposals for task in getattr(job, "reference_tasks", ())]
+    return [task for job in proposals for task in job.reference_tasks]
 
 
 def examples(proposals: Sequence[Any], validations: Sequence[Any], solves: Sequence[Any],
