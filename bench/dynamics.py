@@ -209,6 +209,7 @@ def probe_scores(folder: Path, runs: dict[str, list[Path]], args: argparse.Names
             log(f"probe solve rate of {run_dir.relative_to(folder)} {member}: {rate:.3f}")
             cache_path.write_text(json.dumps(cache, indent=1))
         cache_path.write_text(json.dumps(cache, indent=1))
+        engine.close()  # its adapter store in RAM-backed storage
         verifier.close()
     return {
         **{arm: [[tuple(cache[key_of(d, m)]) for m in sorted(students)] for d, students in wanted[arm]] for arm in ARMS},

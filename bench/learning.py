@@ -160,6 +160,7 @@ def main() -> None:
             "population_minutes": round(pop_seconds / 60, 2),
             "single_minutes": round(single_seconds / 60, 2),
         }
+    engine.close()
     verifier.close()
     print(json.dumps(result))
 
