@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -140,7 +141,8 @@ def train(arm: str, config: str, run_dir: Path, seed: int, steps: int, overrides
         log(f"{label}: finished earlier ({last} steps), reused")
         return True, 0.0
     if state == "failed":
-        log(f"{label}: FAILED earlier at step {last} ({RunDirectory(run_dir).describe_status(RunDirectory(run_dir).read_status())}); "
+        run = RunDirectory(run_dir)
+        log(f"{label}: FAILED earlier at step {last} ({run.describe_status(run.read_status())}); "
             "left out of the means (delete the folder to run it again)")
         return False, 0.0
     if state == "resumable":
@@ -150,8 +152,6 @@ def train(arm: str, config: str, run_dir: Path, seed: int, steps: int, overrides
         what = f"resuming from step {done}"
     else:
         if run_dir.exists():
-            import shutil
-
             shutil.rmtree(run_dir)  # started but never reached a checkpoint: nothing to keep
         todo = steps
         cmd = [sys.executable, "launch.py", "--config", config, "--run-dir", str(run_dir), "--steps", str(steps),
@@ -176,7 +176,11 @@ def probe_scores(folder: Path, runs: dict[str, list[Path]], args: argparse.Names
     cached in ``folder/probes.json`` per run and checkpoint."""
     cache_path = folder / "probes.json"
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
-    key_of = lambda run_dir, member: f"{run_dir.relative_to(folder)}:{latest_checkpoint_step(run_dir)}:{member}:{args.probes}x{args.samples}"  # noqa: E731
+    saved = {d: latest_checkpoint_step(d) for dirs in runs.values() for d in dirs}  # each checkpoint verified once
+
+    def key_of(run_dir: Path, member: str) -> str:
+        return f"{run_dir.relative_to(folder)}:{saved[run_dir]}:{member}:{args.probes}x{args.samples}"
+
     wanted = {arm: [(d, RunDirectory(d).final_adapters()) for d in dirs] for arm, dirs in runs.items()}
     base_key = f"base:{args.probes}x{args.samples}"
     missing = [(d, m, p) for arm in ARMS for d, students in wanted[arm] for m, p in students.items()

@@ -66,21 +66,19 @@ def with_derived(rows: Rows) -> Rows:
 
 @dataclass(frozen=True)
 class Slope:
-    """An OLS slope per ``PER`` steps with its 95 % CI half-width, and the per-seed slopes beside it."""
+    """An OLS slope per ``PER`` steps with its 95 % CI half-width, the pooled line's direction
+    (``LineFit.direction``) and the per-seed slopes beside it."""
 
     slope: float
     ci: float
+    pooled_direction: str
     per_seed: tuple[float, ...]
-    points: int
 
     @property
     def direction(self) -> str:
-        """"rises"/"falls" where the pooled CI excludes 0 and every seed's slope has that sign, else "flat"."""
-        if self.slope - self.ci > 0 and all(s > 0 for s in self.per_seed):
-            return "rises"
-        if self.slope + self.ci < 0 and all(s < 0 for s in self.per_seed):
-            return "falls"
-        return "flat"
+        """The pooled line's "rises"/"falls" where every seed's slope has that sign, else "flat"."""
+        sign = {"rises": 1, "falls": -1}.get(self.pooled_direction, 0)
+        return self.pooled_direction if sign and all(s * sign > 0 for s in self.per_seed) else "flat"
 
     def as_dict(self) -> dict[str, Any]:
         return {"slope": round(self.slope, 4), "ci": round(self.ci, 4), "per_seed": [round(s, 4) for s in self.per_seed],
@@ -100,7 +98,7 @@ def pooled_slope(runs: Sequence[Rows], key: str) -> Slope | None:
     if len(x) < 3 or np.ptp(x) == 0:
         return None
     fit = fit_line(x, y)
-    return Slope(fit.slope * PER, fit.slope_ci * PER, tuple(per_seed), len(x))
+    return Slope(fit.slope * PER, fit.slope_ci * PER, fit.direction, tuple(per_seed))
 
 
 def seed_band(runs: Sequence[Rows], key: str, smooth: bool = True) -> dict[str, list[float]]:
@@ -116,10 +114,7 @@ def seed_band(runs: Sequence[Rows], key: str, smooth: bool = True) -> dict[str, 
     steps = sorted(set.intersection(*(set(d) for d in per_run))) if per_run else []
     mean, lo, hi = [], [], []
     for step in steps:
-        values = np.array([d[step] for d in per_run])
-        m = float(values.mean())
-        half = (t_quantile_975(len(values) - 1) * float(values.std(ddof=1)) / math.sqrt(len(values))
-                if len(values) >= 2 else 0.0)
+        m, half = mean_ci([d[step] for d in per_run])
         mean.append(m)
         lo.append(m - half)
         hi.append(m + half)
@@ -169,8 +164,13 @@ def verdict_difference(d: dict[str, float]) -> str:
     return "inconclusive"
 
 
+def written_in(row: dict[str, Any]) -> int:
+    """Programs the teachers wrote at this step (rows from before ``written_programs``: their valid tasks)."""
+    return int(row.get("written_programs", row.get("valid_tasks", 0)))
+
+
 def written_total(rows: Rows) -> int:
-    return sum(int(r.get("written_programs", r.get("valid_tasks", 0))) for r in rows)
+    return sum(written_in(r) for r in rows)
 
 
 def coverage_per_program(rows: Rows) -> float:
@@ -183,7 +183,7 @@ def coverage_at(rows: Rows, programs: int) -> float:
     """The coverage of the run when it had written ``programs`` programs (the last step at or below that count)."""
     seen, coverage = 0, 0
     for row in rows:
-        seen += int(row.get("written_programs", row.get("valid_tasks", 0)))
+        seen += written_in(row)
         if seen > programs:
             break
         coverage = row["coverage"]

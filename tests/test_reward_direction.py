@@ -92,14 +92,15 @@ def test_a_teacher_moves_toward_harder_tasks_that_earn_more(tiny_qwen2, norm):
     # (rho = 0.25: reward 0.75). The teacher must come to prefer the complex program.
     change, rewards = preference_change(tiny_qwen2, Curriculum(rho_simple=1.0, rho_complex=0.25), norm)
     assert rewards == [0.0, 0.75, 0.0, 0.75]
-    assert change > 0.5, f"the teacher's preference for the complex program moved by {change:+.3f} ({norm})"
+    # Measured: +28.6 nats after 3 steps either way (AdamW's step size hides the advantage's scale).
+    assert change > 5, f"the teacher's preference for the complex program moved by {change:+.3f} ({norm})"
 
 
 def test_the_single_agent_proposer_moves_toward_learnable_tasks(tiny_qwen2):
     # AZR's learnability: rho = 1 earns 0, rho = 0.5 earns 0.5.
     change, rewards = preference_change(tiny_qwen2, Curriculum(1.0, 0.5, single_agent=True), "whiten")
     assert rewards == [0.0, 0.5, 0.0, 0.5]
-    assert change > 0.5
+    assert change > 5
 
 
 def test_the_floor_sends_a_teacher_of_a_weak_student_to_easier_tasks(tiny_qwen2):
@@ -107,7 +108,7 @@ def test_the_floor_sends_a_teacher_of_a_weak_student_to_easier_tasks(tiny_qwen2)
     # solved sometimes earns 1 - rho > 0, so the teacher moves to the simple one. The reward decides, not the wiring.
     change, rewards = preference_change(tiny_qwen2, Curriculum(rho_simple=0.75, rho_complex=0.0), "center")
     assert rewards == [0.25, 0.0, 0.25, 0.0]
-    assert change < -0.1
+    assert change < -5  # measured -24.5
 
 
 def test_whitening_a_group_of_two_erases_the_reward_gap_and_centring_keeps_it():
