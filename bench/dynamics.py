@@ -8,7 +8,8 @@ Arms: ``--population-config`` (default ``configs/tiny.yaml``, 2 teachers + 2 stu
 (default ``configs/tiny-single.yaml``, one adapter proposing and solving), compute-matched per adapter: every
 adapter generates and trains on the same numbers of tasks and rollouts per step in both arms (the single agent
 proposes ``tasks_per_teacher`` tasks and solves them ``rollouts_k`` times, as one teacher and one student do).
-Seed s runs both arms with ``run.seed=s``; the overrides apply to both.
+Seed s runs both arms with ``run.seed=s``; the overrides apply to both, ``--population-override`` to the
+population arm alone (its size, its league and evolution: keys the single agent has no use for).
 
 Runs are kept under ``--keep`` (default ``bench/results/dynamics``): ``population/seed-<s>`` and
 ``single/seed-<s>``, each a normal run directory. A finished run is reused, an interrupted one resumed from its
@@ -78,6 +79,7 @@ def study_identity(args: argparse.Namespace) -> dict[str, Any]:
         "population_config": (ROOT / args.population_config).read_text(),
         "single_config": (ROOT / args.single_config).read_text(),
         "overrides": list(args.overrides),
+        "population_overrides": list(args.population_override),
         "code_version": code_version(),
     }
 
@@ -221,6 +223,11 @@ def probe_scores(folder: Path, runs: dict[str, list[Path]], args: argparse.Names
     }
 
 
+def arm_overrides(arm: str, args: argparse.Namespace) -> list[str]:
+    """The overrides one arm runs with: the shared ones, then the population's own."""
+    return [*args.overrides, *(args.population_override if arm == "population" else [])]
+
+
 def settle(arm: str, seed: int, folder: Path, config: str, pace: dict[str, float], args: argparse.Namespace) -> bool:
     """Bring one arm's seed to ``args.steps`` (or, with ``--report-only``, only look); whether it finished."""
     run_dir = folder / arm / f"seed-{seed}"
@@ -230,7 +237,7 @@ def settle(arm: str, seed: int, folder: Path, config: str, pace: dict[str, float
         if state not in ("finished", "new"):
             log(f"{label}: {state} at step {last}; left out")
         return state == "finished"
-    ok, measured = train(arm, config, run_dir, seed, args.steps, args.overrides, pace[arm], label)
+    ok, measured = train(arm, config, run_dir, seed, args.steps, arm_overrides(arm, args), pace[arm], label)
     if measured:
         pace[arm] = measured
     return ok
@@ -248,18 +255,20 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, choices=(1, 2), default=1,
                         help="runs at once: 2 trains a seed's two arms side by side (for machines with more than 2 cores)")
     parser.add_argument("--report-only", action="store_true", help="summarise the kept runs (no training)")
+    parser.add_argument("--population-override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for the population arm alone (repeatable), e.g. population.teachers=4")
     parser.add_argument("overrides", nargs="*", help="config overrides (key=value) applied to both arms")
     args = parser.parse_args()
     if args.steps < 3 or args.seeds < 1:
         parser.error("--steps must be >= 3 (a slope needs 3 points) and --seeds >= 1")
     from configs.loading import load_config
 
-    for config in (args.population_config, args.single_config):  # a bad override fails here, before any run
-        load_config(ROOT / config, args.overrides)
+    configs = {"population": args.population_config, "single": args.single_config}
+    for arm, config in configs.items():  # a bad override fails here, before any run
+        load_config(ROOT / config, arm_overrides(arm, args))
     folder = args.keep.resolve()
     check_identity(folder, study_identity(args), args.report_only)
 
-    configs = {"population": args.population_config, "single": args.single_config}
     pace = dict(SECONDS_PER_STEP)
     usable: dict[str, list[Path]] = {arm: [] for arm in ARMS}
     failed: list[Path] = []
@@ -286,6 +295,7 @@ def main() -> None:
     summary.update({
         "steps": args.steps, "seeds": {arm: len(usable[arm]) for arm in ARMS},
         "failed_runs": [str(p.relative_to(folder)) for p in failed], "overrides": args.overrides,
+        "population_overrides": args.population_override,
         "code_version": json.loads((folder / "study.json").read_text())["code_version"],
         "figure": str(figure), "folder": str(folder),
     })

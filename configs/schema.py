@@ -190,6 +190,10 @@ class LeagueConfig(Section):
     pfsp_exponent: float = Field(2.0, gt=0, le=16, description="p of the 'hard' weighting.")
     epsilon: float = Field(0.1, ge=0, le=1, description="Epsilon-uniform floor mixed into the PFSP distribution.")
     winrate_decay: float = Field(0.95, gt=0, le=1, description="Decay of the empirical win-rate matrix per update.")
+    unsolved_is_teacher_win: bool = Field(
+        True, description="A valid task no rollout solves (rho = 0) counts as a teacher win (the paper's rule). false: a "
+                          "teacher loss, as its reward is the floor; with weak students the paper's rule rates teachers by validity.",
+    )
 
 
 class OperatorConfig(Section):

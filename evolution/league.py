@@ -4,7 +4,9 @@ Ratings live on one scale for teachers and students. Each task a teacher propose
 is one 1-vs-1 game:
 
 - the student wins if the task is valid and rho >= ``solve_threshold`` (rho = solve fraction of its rollouts);
-- the teacher wins if the task is valid and rho < ``solve_threshold``;
+- the teacher wins if the task is valid and rho < ``solve_threshold`` (with ``unsolved_is_teacher_win=False``,
+  only if also rho > 0: a task no rollout solves earns the teacher the reward's floor, not 1 - rho, and counting
+  it a win selects teachers for validity alone when students are weak);
 - an invalid task is a teacher loss.
 
 Win probability (no draw margin), with the environment's own beta (never ``trueskill``'s module globals):
@@ -87,6 +89,7 @@ class League:
         seed: int = 0,
         conservative_k: float = 3.0,
         empirical_prior_games: float | None = None,
+        unsolved_is_teacher_win: bool = True,
     ) -> None:
         checks = [
             (math.isfinite(mu), f"mu must be finite, got {mu!r}"),
@@ -112,6 +115,7 @@ class League:
             "pfsp_weighting": pfsp_weighting, "pfsp_exponent": float(pfsp_exponent), "epsilon": float(epsilon),
             "winrate_decay": float(winrate_decay), "seed": int(seed), "conservative_k": float(conservative_k),
             "empirical_prior_games": None if empirical_prior_games is None else float(empirical_prior_games),
+            "unsolved_is_teacher_win": bool(unsolved_is_teacher_win),
         }
         self.env = trueskill.TrueSkill(mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability)
         self._members: dict[str, Member] = {}
@@ -317,7 +321,9 @@ class League:
             raise ValueError(f"outcome rho must be a number in [0, 1], got {rho!r}") from None
         if not 0.0 <= rho <= 1.0:  # also rejects NaN
             raise ValueError(f"outcome rho must be in [0, 1], got {rho!r}")
-        return bool(valid) and rho < self.config["solve_threshold"]
+        if not valid or rho >= self.config["solve_threshold"]:
+            return False
+        return rho > 0.0 or self.config.get("unsolved_is_teacher_win", True)
 
     # ------------------------------------------------------------------------------------------ state
 

@@ -186,6 +186,20 @@ def test_child_inherits_the_parent_mu_and_removal_drops_its_win_rates():
     assert "t0" not in league and league.games("t0", "s0") == 0.0
 
 
+def test_unsolved_counts_as_a_teacher_loss_when_configured():
+    paper = population(League(), 1, 1)
+    assert paper.record("t0", "s0", [(True, 0.0), (True, 0.25), (True, 0.5), (False, 0.0)])["teacher_wins"] == 2
+    strict = population(League(unsolved_is_teacher_win=False), 1, 1)
+    assert strict.record("t0", "s0", [(True, 0.0), (True, 0.25), (True, 0.5), (False, 0.0)])["teacher_wins"] == 1
+    strict.record("t0", "s0", [(True, 0.0)] * 3)  # a valid task nobody solves now moves the rating down
+    assert strict.rating("t0").mu < 25 < strict.rating("s0").mu
+    restored = League.from_state_dict(json.loads(json.dumps(strict.state_dict())))
+    assert restored.config["unsolved_is_teacher_win"] is False
+    old = paper.state_dict()
+    del old["config"]["unsolved_is_teacher_win"]  # a checkpoint written before the key existed keeps the paper's rule
+    assert League.from_state_dict(old).config["unsolved_is_teacher_win"] is True
+
+
 def test_state_round_trips_through_json_exactly():
     league = population(League(seed=5, tau=0.7, empirical_prior_games=3.0), 3, 3)
     for t, s in league.match(league.members("teacher"), league.members("student")).items():
