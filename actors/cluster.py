@@ -31,6 +31,7 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
+from actors.cluster_wait import ClusterWait
 from planning.placement import ActorPlan, PlacementPlan
 from reporting.run_dir import LOG_DIR_ENV, route_output
 
@@ -288,19 +289,21 @@ def verifier_nodes(resource: str) -> int:
     return sum(1 for n in ray.nodes() if n.get("Alive") and n["Resources"].get(resource, 0) > 0)
 
 
-def learner_group(plan: PlacementPlan, gpu: int, learner_groups: dict[int, Any]) -> Any:
+def learner_group(plan: PlacementPlan, gpu: int, learner_groups: dict[int, Any], wait: ClusterWait | None = None) -> Any:
     """The placement group of the plan's shared GPU ``gpu`` (``PlacementPlan.gpu_bundle``: one GPU and the CPUs of
     the actors on it), so the learners sharing it (colocated: the engine too) land on one node and one GPU (made and
-    waited for on first use, kept in ``learner_groups``)."""
+    waited for on first use, within ``wait``'s bound, kept in ``learner_groups``; one still pending when the bound
+    passes is removed)."""
     group = learner_groups.get(gpu)
     if group is None:
-        group = placement_group([plan.gpu_bundle(gpu)], strategy="STRICT_PACK")
-        ray.get(group.ready())
+        bundle = plan.gpu_bundle(gpu)
+        group = placement_group([bundle], strategy="STRICT_PACK")
+        (wait or ClusterWait(plan=plan)).placement_group(group, f"learner GPU {gpu}", bundle)
         learner_groups[gpu] = group
     return group
 
 
-def reserve_gpus(plan: PlacementPlan, learner_groups: dict[int, Any]) -> dict[str, str]:
+def reserve_gpus(plan: PlacementPlan, learner_groups: dict[int, Any], wait: ClusterWait | None = None) -> dict[str, str]:
     """Put every GPU actor of ``plan`` on a node before any of them starts; returns engine replica -> node id.
 
     The engine replicas go first, one after another, each a placement group of its ``tp`` GPUs (and CPUs) on
@@ -310,17 +313,19 @@ def reserve_gpus(plan: PlacementPlan, learner_groups: dict[int, Any]) -> dict[st
     ``PlacementPlan.check`` passed; actors scheduled as they start could instead let a learner GPU split the
     node a replica needs. The replicas' groups are then removed and each replica is pinned to its node
     (``actor_options``), not run inside a group: vLLM in a placement group would take its tensor-parallel
-    workers from it.
+    workers from it. Every wait is bounded by ``wait`` (``actors.cluster_wait``; default: its default bound).
     """
+    wait = wait or ClusterWait(plan=plan)
     held = []
     try:
         for actor in plan.by_role("inference"):
             if actor.num_gpus and not plan.colocated:  # colocated engines are in their GPU's bundle
-                group = placement_group([{"GPU": actor.num_gpus, "CPU": actor.num_cpus}], strategy="STRICT_PACK")
-                ray.get(group.ready())
+                bundle = {"GPU": actor.num_gpus, "CPU": actor.num_cpus}
+                group = placement_group([bundle], strategy="STRICT_PACK")
+                wait.placement_group(group, f"engine replica {actor.name}", bundle)
                 held.append((actor.name, group))
         for gpu in sorted({a.gpu_ids[0] for a in plan.actors if a.role.startswith("learner") and a.gpu_ids}):
-            learner_group(plan, gpu, learner_groups)
+            learner_group(plan, gpu, learner_groups, wait)
         return {name: placement_group_table(group)["bundles_to_node_id"][0] for name, group in held}
     finally:
         for _, group in held:

@@ -166,14 +166,19 @@ class Recovery:
     def __init__(self, config: Config, plan: Any, model_path: str, run: RunDirectory):
         self.config, self.plan, self.model_path, self.run = config, plan, model_path, run
         self.count = 0
+        self.known_nodes: set[str] | None = None  # the nodes alive when the last system came up
 
-    def start(self, checkpoint: Path | None, keep_shared_base: bool = False) -> tuple[Any, int]:
+    def start(self, checkpoint: Path | None, keep_shared_base: bool = False, wait: Any = None) -> tuple[Any, int]:
         """A new system restored from ``checkpoint`` (or fresh, publishing the initial adapters); the step restored.
         If restoring fails, the new system is stopped before the error is raised (``keep_shared_base``: keep
-        the learners' shared base, as a recovery does)."""
+        the learners' shared base, as a recovery does). ``wait``: the bound on waiting for the cluster
+        (``actors.cluster_wait.ClusterWait``; default a fresh one of ``run.cluster_wait_s``)."""
+        from actors.cluster_wait import ClusterWait, alive_node_ids
         from actors.system import System
 
-        system = System.start(self.config, self.plan, self.model_path)
+        system = System.start(self.config, self.plan, self.model_path,
+                              wait or ClusterWait(self.config.run.cluster_wait_s, self.plan, self.known_nodes))
+        self.known_nodes = alive_node_ids()
         try:
             if checkpoint is None:
                 system.publish_adapters(all_members=True)
@@ -187,7 +192,11 @@ class Recovery:
     def recover(self, system: Any, exc: BaseException, failed_step: int, since: float) -> tuple[Any, int]:
         """Stop ``system`` (one of its actors died with ``exc`` during ``failed_step``), start and restore a new
         one; print a line and append a recovery record. ``since``: when the work now lost began (the last
-        checkpoint). Returns the new system and the step restored."""
+        checkpoint). Returns the new system and the step restored. Before it starts anything it waits (within
+        ``run.cluster_wait_s``) until the live cluster can hold the plan again: a lost node is named at once, and one
+        may still join; past the bound, ``ClusterWaitError``."""
+        from actors.cluster_wait import ClusterWait
+
         dead = system.dead_actors()
         system.stop(release_shared_base=False)
         checkpoint, notes = self.run.find_checkpoint()
@@ -196,8 +205,13 @@ class Recovery:
         self.count += 1  # an attempt counts even when a second fault ends it: run.max_recoveries bounds attempts
         record = {"event": "recovery", "recovery": self.count, "actors": dead or ["unknown"], "error": _one_line(exc),
                   "failed_step": failed_step}
+        wait = ClusterWait(self.config.run.cluster_wait_s, self.plan, self.known_nodes, context=f"during step {failed_step}")
         try:
-            system, restored = self.start(checkpoint, keep_shared_base=True)
+            if wait.short_resources():
+                print(f"[populora] the cluster cannot hold the layout now: {wait.reason()}; waiting up to "
+                      f"{wait.bound_s:.0f} s (run.cluster_wait_s) for a node to join", file=sys.stderr, flush=True)
+                wait.until_fits()
+            system, restored = self.start(checkpoint, keep_shared_base=True, wait=wait)
         except BaseException as again:
             self.run.append_event({**record, "restored_step": None, "attempt_error": _one_line(again)})
             print(f"[populora] recovery {self.count} failed: {_one_line(again)}", file=sys.stderr, flush=True)
@@ -236,6 +250,7 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
     from tqdm import tqdm
 
     from actors.cluster import SharedPathError, check_shared_paths, connect
+    from actors.cluster_wait import ClusterWaitError
     from actors.loop import drains_after, run_step
     from planning.placement import plan_placement
     from rollouts import StepPrompts
@@ -285,7 +300,7 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
         terminal.say("actor output: forwarded to this terminal (--verbose)" if forward
                      else f"actor output: {run.logs}/<actor>.log")
     try:  # before any actor starts and before the metrics of a resumed run are cut back to its checkpoint
-        checked = check_shared_paths(run.root, model_path)
+        checked = check_shared_paths(run.root, model_path, timeout_s=config.run.cluster_wait_s)
     except SharedPathError as err:
         print(f"error: {err}", file=sys.stderr)
         if owns_ray:
@@ -296,7 +311,16 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
     if checkpoint is not None:
         run.truncate_metrics(start_step - 1)
     recovery = Recovery(config, plan, model_path, run)
-    system, _ = recovery.start(checkpoint)
+    try:
+        system, _ = recovery.start(checkpoint)
+    except ClusterWaitError as exc:  # the actors were closed and their placement groups removed by System.start
+        cause = str(exc)
+        print(f"error: {cause}; resume with: python launch.py --resume {run.root}", file=sys.stderr)
+        run.close()
+        run.write_status("failed", start_step - 1, 0, cause)
+        if owns_ray:
+            ray.shutdown()
+        return 1
     terminal.say(f"actors up: {', '.join(a.name for a in plan.actors if a.role != 'verifier')} "
                  f"+ {config.verifier.actors} verifiers; inference backend: {system.backend}"
                  + (f"; colocated, engine sleep mode {system.sleep_mode}" if config.resources.colocated else ""))
@@ -355,6 +379,10 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
     except CheckpointWriteError as exc:
         cause = str(exc)
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ClusterWaitError as exc:  # a recovery found no room: the last system is stopped, its checkpoint complete
+        cause = str(exc)
+        print(f"error: {cause}; resume with: python launch.py --resume {run.root}", file=sys.stderr)
         return 1
     except BaseException as exc:
         cause = f"{type(exc).__name__}: {exc}"

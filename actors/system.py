@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.cluster import actor_options, reserve_gpus
+from actors.cluster_wait import ClusterWait, actor_record
 from actors.node_cleanup import clean_node
 from inference.requests import GenerationRequest
 from actors.inference_actor import InferenceActor
@@ -51,8 +53,6 @@ from verifier.metrics import Coverage
 def wait_names_free(names: list[str], timeout_s: float = 60.0) -> None:
     """Wait until no live actor holds any of ``names`` in namespace ``populora`` (``ray.kill`` is asynchronous;
     a new system reuses the names)."""
-    import time
-
     from actors.cluster import NAMESPACE
 
     deadline = time.monotonic() + timeout_s
@@ -65,12 +65,13 @@ def wait_names_free(names: list[str], timeout_s: float = 60.0) -> None:
             time.sleep(0.1)
 
 
-def close_and_kill(actors: list[Any], closing: list[Any], groups: dict[int, Any], names: list[str]) -> None:
-    """Tear actors down: wait (at most 60 s) for the ``closing`` calls that release what they hold outside
+def close_and_kill(actors: list[Any], closing: list[Any], groups: dict[int, Any], names: list[str],
+                   timeout_s: float = 60.0) -> None:
+    """Tear actors down: wait (at most ``timeout_s``, the run's ``run.cluster_wait_s``) for the ``closing`` calls that release what they hold outside
     their processes, kill them, remove the learners' placement groups and wait until their names are free.
     Dead actors among them are fine. ``System.stop`` and a start that failed half-way both end this way."""
     if closing:
-        ray.wait(closing, num_returns=len(closing), timeout=60)
+        ray.wait(closing, num_returns=len(closing), timeout=timeout_s)
     for actor in actors:
         try:
             ray.kill(actor, no_restart=True)
@@ -78,7 +79,16 @@ def close_and_kill(actors: list[Any], closing: list[Any], groups: dict[int, Any]
             pass
     for group in groups.values():
         remove_placement_group(group)
-    wait_names_free(names)
+    wait_names_free(names, timeout_s)
+
+
+def in_plan_order(plan: PlacementPlan, inference: list[Any], learners: dict[str, list[Any]], verifiers: list[Any],
+                  league: Any) -> list[Any]:
+    """The actor handles in the order of ``plan.actors``."""
+    it = {"inference": iter(inference), "verifier": iter(verifiers), "league": iter([league])}
+    shards = {role: iter(handles) for role, handles in learners.items()}
+    return [next(shards[a.role.removeprefix("learner-")]) if a.role.startswith("learner") else next(it[a.role])
+            for a in plan.actors]
 
 
 def initial_members(config: Config) -> list[tuple[str, str]]:
@@ -112,17 +122,19 @@ class System:
 
     # start / stop ------------------------------------------------------------------------------
     @classmethod
-    def start(cls, config: Config, plan: PlacementPlan, model_path: str) -> "System":
+    def start(cls, config: Config, plan: PlacementPlan, model_path: str, wait: ClusterWait | None = None) -> "System":
         """Create every planned actor and wait until they answer. If one dies or fails while the system starts
         (a second fault during a recovery, say), the ones already made are closed and killed and their names
         freed before the error is raised: a half-started system would hold the names and resources the next
-        attempt needs."""
+        attempt needs. Every wait for the cluster is bounded by ``wait`` (default: ``run.cluster_wait_s``):
+        past it, ``ClusterWaitError`` after the same clean-up."""
+        wait = wait or ClusterWait(config.run.cluster_wait_s, plan)
         groups: dict[int, Any] = {}
         members = initial_members(config)
         cfg = config
         made: dict[str, list[Any]] = {"inference": [], "learners": [], "verifiers": [], "league": []}
         try:
-            pinned = reserve_gpus(plan, groups)  # every GPU actor's node, before any of them starts
+            pinned = reserve_gpus(plan, groups, wait)  # every GPU actor's node, before any of them starts
             inference = [
                 InferenceActor.options(**actor_options(plan, replica, groups, pinned)).remote(
                     cfg.inference.backend, model_path, max_adapters=len(members), max_lora_rank=cfg.lora.rank,
@@ -133,10 +145,11 @@ class System:
                 for replica in plan.by_role("inference")
             ]
             made["inference"] = inference
+            engines = dict(zip((a.name for a in plan.by_role("inference")), inference))
             sleep_mode, asleep = "", False
             if cfg.resources.colocated:  # the engines start alone on their GPUs, then sleep before the learners start
-                sleep_mode = ray.get(inference[0].sleep_mode.remote())
-                asleep = any(ray.get([replica.sleep.remote() for replica in inference]))
+                sleep_mode = wait.get([inference[0].sleep_mode.remote()], engines, "the engine replicas")[0]
+                asleep = any(wait.get([replica.sleep.remote() for replica in inference], engines, "the engine replicas"))
             learners: dict[str, list[Any]] = {}
             handles: dict[int, Any] = {}  # learner GPU -> CUDA IPC handle of its base copy
             for actor in plan.actors:
@@ -158,7 +171,8 @@ class System:
                 )
                 made["learners"].append(learner)
                 if actor.gpu_ids and actor.gpu_ids[0] not in handles:
-                    handles[actor.gpu_ids[0]] = ray.get(learner.cuda_base_handle.remote())
+                    handles[actor.gpu_ids[0]] = wait.get([learner.cuda_base_handle.remote()], {actor.name: learner},
+                                                         f"learner {actor.name}")[0]
                 learners.setdefault(role, []).append(learner)
             verifier_actors = [
                 VerifierActor.options(**actor_options(plan, a, groups)).remote(
@@ -174,17 +188,21 @@ class System:
                 cfg.model_dump(mode="json"), members, str(seed_file) if seed_file else None
             )
             made["league"] = [league]
-            backend = ray.get(inference[0].backend.remote())
-            ray.get([l.ready.remote() for shards in learners.values() for l in shards] + [league.ready.remote()])
+            named = {a.name: h for a, h in zip(plan.actors, in_plan_order(plan, inference, learners, verifier_actors, league))
+                     if a.role != "verifier"}
+            backend = wait.get([inference[0].backend.remote()], engines, "the engine replicas")[0]
+            wait.get([l.ready.remote() for shards in learners.values() for l in shards] + [league.ready.remote()],
+                     named, "the learners and the league")
             system = cls(cfg, plan, inference, learners, VerifierCalls(VerifierPool(verifier_actors)), league, backend,
                          model_path=model_path, _learner_groups=groups,
-                         _scratch=ray.get([r.scratch.remote() for r in inference]), sleep_mode=sleep_mode, asleep=asleep)
+                         _scratch=wait.get([r.scratch.remote() for r in inference], engines, "the engine replicas"),
+                         sleep_mode=sleep_mode, asleep=asleep)
             system.read_owners()
             return system
         except BaseException:  # close the engines and verifiers that still answer (their RAM-backed files)
             close_and_kill([h for handles in made.values() for h in handles],
                            [h.close.remote() for h in made["inference"] + made["verifiers"]], groups,
-                           [a.name for a in plan.actors])
+                           [a.name for a in plan.actors], cfg.run.cluster_wait_s)
             raise
 
     @property
@@ -194,11 +212,7 @@ class System:
 
     def _planned_handles(self) -> list[Any]:
         """Handles in the order of ``plan.actors``."""
-        it = {"inference": iter(self.inference), "verifier": iter(self.verifiers.pool.actors),
-              "league": iter([self.league])}
-        shards = {role: iter(handles) for role, handles in self.learners.items()}
-        return [next(shards[a.role.removeprefix("learner-")]) if a.role.startswith("learner") else next(it[a.role])
-                for a in self.plan.actors]
+        return in_plan_order(self.plan, self.inference, self.learners, self.verifiers.pool.actors, self.league)
 
     def name_of(self, actor_id: str | None) -> str | None:
         """The planned name of the actor with this id (hex), or None."""
@@ -207,22 +221,19 @@ class System:
                 return actor.name
         return None
 
-    def dead_actors(self, timeout_s: float = 10.0) -> list[str]:
-        """Names of the stateful actors that no longer answer (verifiers restart by themselves)."""
-        probes = {}
-        for actor, handle in zip(self.plan.actors, self._planned_handles()):
-            if actor.role == "inference":
-                probes[actor.name] = handle.adapters.remote()
-            elif actor.role != "verifier":
-                probes[actor.name] = handle.ready.remote()
-        ray.wait(list(probes.values()), num_returns=len(probes), timeout=timeout_s)
-        dead = []
-        for name, ref in probes.items():
-            try:
-                ray.get(ref, timeout=0)
-            except Exception:  # died, or did not answer in time: either way it is replaced
-                dead.append(name)
-        return dead
+    def dead_actors(self, settle_s: float = 10.0) -> list[str]:
+        """Names of the stateful actors Ray records as dead (its GCS actor table; verifiers restart by themselves).
+        Read from Ray's state, never from a call: a busy learner answers a call only after its running work, and
+        would look dead. An actor's death reaches the table shortly after the driver sees its error (a lost
+        node's actors once Ray notices the node is gone), so while none is recorded dead this looks again for
+        up to ``settle_s``."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            dead = [actor.name for actor, handle in zip(self.plan.actors, self._planned_handles())
+                    if actor.role != "verifier" and actor_record(handle).get("State", "DEAD") == "DEAD"]
+            if dead or time.monotonic() >= deadline:
+                return dead
+            time.sleep(0.2)
 
     def stop(self, release_shared_base: bool = True) -> list[str]:
         """Release what the actors hold outside their processes (/dev/shm copies, sandbox scratch), then kill
@@ -232,7 +243,8 @@ class System:
         a recovered system's on others than this one's); ``release_shared_base=False`` keeps it for the next
         system. Returns the ids of the nodes cleaned."""
         cleanups = [r.close.remote() for r in self.inference] + [v.close.remote() for v in self.verifiers.pool.actors]
-        close_and_kill(self._planned_handles(), cleanups, self._learner_groups, [a.name for a in self.plan.actors])
+        bound = self.config.run.cluster_wait_s
+        close_and_kill(self._planned_handles(), cleanups, self._learner_groups, [a.name for a in self.plan.actors], bound)
         alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
         scratch: dict[str, list[str]] = {}
         for node, paths in self._scratch:
@@ -242,7 +254,7 @@ class System:
         calls = [clean_node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
                      scratch.get(node, []), self.model_path if release_shared_base else None, self.config.model.dtype)
                  for node in nodes]
-        done, _ = ray.wait(calls, num_returns=len(calls), timeout=60) if calls else ([], [])
+        done, _ = ray.wait(calls, num_returns=len(calls), timeout=bound) if calls else ([], [])
         self._learner_groups, self._scratch = {}, []  # stopping twice (a failed recovery, then the end) is harmless
         cleaned = []
         for ref in done:

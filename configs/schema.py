@@ -373,6 +373,12 @@ class RunConfig(Section):
         description="Times the driver may recover by itself from a dead actor (recreate the actors, restore the latest "
                     "checkpoint, continue) before the run fails, failed attempts included; 0 fails at the first dead actor.",
     )
+    cluster_wait_s: float = Field(
+        300.0, ge=5, le=86_400,
+        description="Longest the driver waits for the cluster (placement groups, actors without a node, a recovery's "
+        "new set, the cluster to hold the layout again after a node left; closing actors and the path check too); a "
+        "line every ~30 s names what is missing, then the run stops cleanly (status failed, --resume to continue).",
+    )
     max_staleness: int = Field(
         0, ge=0, le=1,
         description="0: serial steps. 1: the engines generate step t+1 with the adapters one update behind while the "

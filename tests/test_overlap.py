@@ -120,3 +120,46 @@ def test_overlapped_run_resumes_and_recovers_exactly(ray_session, tmp_path):
     events = RunDirectory(recovered_dir).read_events("recovery")
     assert len(events) == 1 and events[0]["restored_step"] == 2, events
     assert state(recovered_dir) == (league, adapters, rows)
+
+
+def test_a_recovery_names_only_the_actor_that_died_while_the_learners_are_busy(ray_session, tmp_path):
+    """The engine SIGKILLed while step 2 trains and step 3 is generated (no drain before step 4), with the teacher
+    learner unable to answer meanwhile (SIGSTOPped: a 7B update keeps a learner busy for minutes): the recovery
+    reads who died from Ray's actor table, so its record names the engine alone, and the run finishes."""
+    from actors.driver import train
+
+    run_dir = tmp_path / "run"
+    config = load_config(None, [*SHORT, *OVERLAP, "run.steps=3", "run.checkpoint_every=3", "evolution.enabled=false",
+                                f"run.run_dir={run_dir}"])
+    paused: list[int] = []
+    done = threading.Event()
+
+    def fault() -> None:
+        run = RunDirectory(run_dir)
+        while not done.is_set() and not any(r["step"] == 1 for r in run.read_metrics()):
+            time.sleep(0.02)
+        pids = {i["Name"]: i["Pid"] for i in ray._private.state.actors().values() if i["State"] == "ALIVE"}
+        if done.is_set() or not {"learner-teacher", "inference"} <= set(pids):
+            return
+        os.kill(pids["learner-teacher"], signal.SIGSTOP)
+        paused.append(pids["learner-teacher"])
+        os.kill(pids["inference"], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not run.read_events("recovery") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        try:
+            os.kill(pids["learner-teacher"], signal.SIGCONT)  # in case the recovery has not killed it by now
+        except ProcessLookupError:
+            pass
+
+    thread = threading.Thread(target=fault, daemon=True)
+    thread.start()
+    try:
+        assert train(config, output="quiet") == 0
+    finally:
+        done.set()
+        thread.join()
+    assert paused, "the faults were never injected"
+    events = RunDirectory(run_dir).read_events("recovery")
+    assert len(events) == 1 and events[0]["actors"] == ["inference"], events
+    assert [r["step"] for r in RunDirectory(run_dir).read_metrics()] == [1, 2, 3]
