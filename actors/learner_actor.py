@@ -44,6 +44,7 @@ class LearnerActor:
         self.importance_correction = rl["importance_correction"]
         self.versions = {member: 0 for member in members}
         self._step: tuple[Any, dict[str, dict[str, float]]] | None = None  # a data-parallel share in progress
+        self._share_index = 0  # its index among the replicas
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.base_dir = base_dir = materialise_base(model_path, getattr(torch, dtype))
         self.base_owner = None
@@ -121,6 +122,7 @@ class LearnerActor:
         epoch :meth:`share_gradients` and :meth:`apply_gradients`. Returns {} (the stats come with the last apply)."""
         batch, extra = self._learner_batch(samples)
         self._step = (self.learner.share_of(batch, index, shares), extra)
+        self._share_index = index
         return {}
 
     def share_gradients(self) -> Any:
@@ -128,18 +130,27 @@ class LearnerActor:
         sums, a ``learners.data_parallel.SlotGradients`` that Ray puts into the object store once."""
         return self._pending_share()[0].gradients()
 
-    def apply_gradients(self, *parts: Any) -> dict[str, dict[str, float]]:
+    def apply_gradients(self, *parts: Any) -> Any:
         """Sum every replica's :meth:`share_gradients` of this epoch (``parts`` in replica order, so every replica
-        adds the same bits) and step with the sum. After the last epoch: per-member stats (as :meth:`train`'s,
-        the same on every replica); before it: {}."""
-        from learners.data_parallel import sum_gradients
+        adds the same bits) and step with the sum. Returns a ``learners.data_parallel.AppliedGradients``: after
+        every epoch the fingerprint of each member the apply concerned (``AdapterOptimizers.fingerprint``, taken
+        on the learner's device), after the last one also the per-member stats (as :meth:`train`'s). Replicas
+        report the same (``System.finish_training`` compares them: ``check_replicas``)."""
+        from learners.data_parallel import AppliedGradients, sum_gradients
 
         share, extra = self._pending_share()
-        stats = self.learner.apply_gradients(sum_gradients(parts))
-        if share.epochs_left:
-            return {}
-        self._step = None
-        return self._member_stats(stats, extra)
+        summed = sum_gradients(parts)
+        stats = self.learner.apply_gradients(summed)
+        by_slot = {slot: member for member, slot in self.slots.items()}
+        held = self.learner.optimizers.fingerprint(set(summed.grads) | set(summed.sums))
+        epochs = self.learner.update_config.epochs
+        name = ray.get_runtime_context().get_actor_name() or repr(self)
+        report = AppliedGradients(f"{name} (share {self._share_index})",
+                                  epochs - share.epochs_left, epochs, {by_slot[a]: h for a, h in held.items()})
+        if not share.epochs_left:
+            self._step = None
+            report.stats = self._member_stats(stats, extra)
+        return report
 
     def _pending_share(self) -> tuple[Any, dict[str, dict[str, float]]]:
         if self._step is None:

@@ -342,14 +342,25 @@ class System:
         return calls
 
     def finish_training(self, calls: list[ray.ObjectRef]) -> dict[str, Any]:
-        """Wait for the learners' updates of :meth:`start_training`; per-member stats. Replicas of a member
-        report the same statistics (computed from the same summed gradients); differing ones are an error."""
+        """Wait for the learners' updates of :meth:`start_training`; per-member stats.
+
+        With ``rl.data_parallel`` every ``apply_gradients`` of every epoch is among ``calls``: each reports what
+        its replica holds of the members it stepped (``learners.data_parallel.AppliedGradients``), and
+        ``check_replicas`` compares the replicas of each member, apply by apply (weights' and AdamW moments'
+        sums, step counts, exactly) and their statistics (NaN equal to NaN: a skipped non-finite step reports
+        nan on every replica). A difference raises ``RuntimeError``: the replicas have diverged. Compared here,
+        once every result is fetched, so nothing waits between the epochs' calls (``train_replicas``)."""
+        from learners.data_parallel import AppliedGradients, check_replicas
+
         stats: dict[str, Any] = {}
+        applied = []
         for result in ray.get(calls):
+            if isinstance(result, AppliedGradients):
+                applied.append(result)
+                result = result.stats
             for member, values in result.items():
-                if stats.setdefault(member, values) != values:
-                    raise RuntimeError(f"the replicas of {member} report different statistics, {stats[member]} and "
-                                       f"{values}: they have diverged")
+                stats.setdefault(member, values)  # a member's replicas report the same: check_replicas
+        check_replicas(applied)
         return stats
 
     def publish_adapters(self, all_members: bool = False, members: list[str] | None = None) -> None:

@@ -14,6 +14,20 @@ import torch
 from learners.multi_lora import MultiLoRAModel
 
 
+# The quantities of AdapterOptimizers.fingerprint, in order.
+FINGERPRINT = ("step", "param_sum", "param_sq_sum", "exp_avg_sum", "exp_avg_sq_sum")
+
+
+def _sum(tensors: list[torch.Tensor], device: torch.device, squares: bool = False) -> torch.Tensor:
+    """sum of x (``squares``: of x^2) over every element of ``tensors``: a float64 scalar on ``device`` (0 for
+    none), computed on the tensors' device one tensor at a time (no copy of the whole set, none to the host)."""
+    parts = []
+    for t in tensors:
+        t = t.detach()
+        parts.append(t.to(torch.float64).square().sum() if squares else t.sum(dtype=torch.float64))
+    return torch.stack(parts).sum() if parts else torch.zeros((), dtype=torch.float64, device=device)
+
+
 class AdapterOptimizers:
     """``torch.optim.AdamW`` per slot of a :class:`MultiLoRAModel`, with per-slot gradient clipping.
 
@@ -84,6 +98,39 @@ class AdapterOptimizers:
                 self.optimizers[slot].step()
             self.optimizers[slot].zero_grad(set_to_none=True)
         return norms
+
+    def fingerprint(self, slots: Iterable[int]) -> dict[int, dict[str, float]]:
+        """What this learner holds for each slot in ``slots``, in five numbers: ``step`` (its AdamW step count)
+        and float64 sums over the slot's tensors of the parameters (``param_sum``, ``param_sq_sum``: sum of x and
+        of x^2) and of the AdamW moments (``exp_avg_sum``, ``exp_avg_sq_sum``; 0 before the first step).
+
+        Data-parallel replicas (``learners.data_parallel``) compare these to see that they still hold the same
+        member. Sums suffice: healthy replicas apply the same gradient bits in the same order to the same state,
+        so they are bit-identical and their sums equal exactly, while a perturbed element or moment changes
+        them (a change that cancels exactly in both the sum and the sum of squares is not a plausible fault).
+        They are cheap where the tensors live: each sum runs on the tensors' own device (a 7B model's adapters
+        stay on the GPU, no tensor is copied to the host), and only the few scalars come back, in one transfer.
+        """
+        slots = sorted(set(slots))
+        rows, host_steps = [], []
+        for slot in slots:
+            params = self.model.slot_parameters(slot)
+            state = self.optimizers[slot].state
+            device = params[0].device
+            step = state[params[0]].get("step", 0.0) if params[0] in state else 0.0
+            # The fused AdamW keeps its step count on the device: it joins the device sums; a host one is read as is.
+            on_device = isinstance(step, torch.Tensor) and step.device.type != "cpu"
+            host_steps.append(None if on_device else float(step))
+            moments = [[state[p][k] for p in params if k in state.get(p, {})] for k in ("exp_avg", "exp_avg_sq")]
+            rows.append(torch.stack([
+                step.to(torch.float64) if on_device else torch.zeros((), dtype=torch.float64, device=device),
+                _sum(params, device), _sum(params, device, squares=True), _sum(moments[0], device), _sum(moments[1], device),
+            ]))
+        values = torch.stack([r.to(rows[0].device) for r in rows]).tolist() if rows else []  # the one host transfer
+        for row, step in zip(values, host_steps):
+            if step is not None:
+                row[0] = step
+        return {slot: dict(zip(FINGERPRINT, row)) for slot, row in zip(slots, values)}
 
     def state_dict(self) -> dict:
         return {"lrs": list(self._lrs), "optimizers": [opt.state_dict() for opt in self.optimizers]}

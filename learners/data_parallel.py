@@ -16,6 +16,8 @@ are summed in a fixed order (:func:`sum_gradients`, share 0 first: deterministic
 member applies that same sum with its own copy of the AdamW state, clipping included (replicated optimizer
 state, as DDP), so replicas stay bit-identical and equal one learner's step up to float summation order.
 With epochs > 1 the exchange is per epoch (the next epoch's forward needs the stepped weights).
+After every apply each replica reports what it holds of the members it stepped (:class:`AppliedGradients`,
+``AdapterOptimizers.fingerprint``) and :func:`check_replicas` compares them: a replica that diverged is an error.
 
 :func:`split_by_tokens` assigns samples to K shares so that every share computes about the same tokens
 whatever the members draw, splitting at most K - 1 members (the others need no gradient exchange). No Ray here: the actor shell moves :class:`SlotGradients` through the object store.
@@ -23,6 +25,7 @@ whatever the members draw, splitting at most K - 1 members (the others need no g
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -176,3 +179,71 @@ def import_slot_gradients(model: MultiLoRAModel, grads: dict[int, torch.Tensor])
             raise ValueError(f"slot {slot}: a gradient of {tuple(flat.shape)} for {sum(sizes)} parameters")
         for p, chunk in zip(params, flat.split(sizes)):
             p.grad = chunk.view_as(p).to(device=p.device, dtype=p.dtype, copy=True)
+
+
+# What each quantity of a fingerprint (learners.adapter_optim.FINGERPRINT) is, for messages.
+_HELD = {
+    "step": ("optimizer states", "AdamW step count"),
+    "param_sum": ("weights", "parameter sum"),
+    "param_sq_sum": ("weights", "parameter sum of squares"),
+    "exp_avg_sum": ("optimizer states", "AdamW first-moment sum"),
+    "exp_avg_sq_sum": ("optimizer states", "AdamW second-moment sum"),
+}
+
+
+@dataclass
+class AppliedGradients:
+    """What one replica reports after applying an epoch's summed gradients (``LearnerActor.apply_gradients``).
+
+    ``held[m]`` is the fingerprint (``AdapterOptimizers.fingerprint``) of member m's slot right after the apply,
+    for every member the apply concerned; ``stats`` are the per-member statistics after the step's last epoch
+    ({} before it). ``replica`` names the reporter in messages (its learner and share index).
+    """
+
+    replica: str
+    epoch: int  # 1-based, of ``epochs``
+    epochs: int
+    held: dict[Hashable, dict[str, float]]
+    stats: dict[Hashable, dict[str, float]] = field(default_factory=dict)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """a == b, with NaN equal to NaN (a statistic of a skipped, non-finite step is nan on every replica)."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The keys (in ``a``'s order, then ``b``'s) whose values differ by :func:`same_value` or that only one of
+    them has; [] when they agree."""
+    return [key for key in list(a) + [k for k in b if k not in a]
+            if key not in a or key not in b or not same_value(a[key], b[key])]
+
+
+def check_replicas(applied: Sequence[AppliedGradients]) -> None:
+    """Raise ``RuntimeError`` unless every replica's report of a member agrees with the first one's, apply by
+    apply: the fingerprints exactly (NaN == NaN) and, after the last epoch, the statistics (NaN == NaN).
+
+    Healthy replicas are bit-identical (they apply the same gradient bits to the same state), so any
+    difference means one diverged (a perturbed weight or moment, a missed step); the message names the
+    member, the two replicas and each quantity that differs. The statistics alone could not tell:
+    every replica computes them from the same summed gradients whatever it holds.
+    """
+    first: dict[tuple[int, Hashable], tuple[AppliedGradients, dict[str, float]]] = {}
+    stats: dict[Hashable, tuple[AppliedGradients, dict[str, float]]] = {}
+    for report in sorted(applied, key=lambda r: r.epoch):
+        for kind, member, values in ([("held", m, v) for m, v in report.held.items()]
+                                     + [("stats", m, v) for m, v in report.stats.items()]):
+            seen, theirs = (first.setdefault((report.epoch, member), (report, values)) if kind == "held"
+                            else stats.setdefault(member, (report, values)))
+            keys = differences(theirs, values)
+            if not keys:
+                continue
+            if kind == "held":
+                what = " and ".join(dict.fromkeys(_HELD.get(k, ("state", k))[0] for k in keys))
+                names = {k: _HELD.get(k, ("", k))[1] for k in keys}
+                diverged = f"hold different {what}"
+            else:
+                names, diverged = {k: k for k in keys}, "report different statistics"
+            detail = ", ".join(f"{names[k]} {theirs.get(k)!r} vs {values.get(k)!r}" for k in keys)
+            raise RuntimeError(f"the replicas of {member} {diverged} after the apply of epoch {report.epoch} of "
+                               f"{report.epochs} ({detail}; on {seen.replica} vs {report.replica}): they have diverged")

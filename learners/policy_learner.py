@@ -22,7 +22,8 @@ from torch.utils.checkpoint import checkpoint
 from learners.adapter_optim import AdapterOptimizers
 from learners.batching import Sample, TokenBatch, micro_batches
 from learners.data_parallel import (
-    SlotGradients, export_slot_gradients, import_slot_gradients, split_samples, step_targets, sum_gradients,
+    AppliedGradients, SlotGradients, check_replicas, export_slot_gradients, import_slot_gradients, split_samples,
+    step_targets, sum_gradients,
 )
 from learners.multi_lora import NO_ADAPTER, MultiLoRAModel
 from learners.peft_io import load_adapter, save_adapter
@@ -384,8 +385,10 @@ def data_parallel_step(
     in one process: share k trains ``samples[i] for i in assignment[k]`` (default ``split_samples``: ``split_by_tokens``
     over ``len(sample)`` = prompt + completion tokens, keyed by slot) with the whole step's advantages and N_a (``step_targets``);
     per epoch the shares' gradients are summed in share order (``sum_gradients``) and every replica applies
-    the sum. The result equals ``replicas[0].step(samples)`` up to float summation order. Returns the
-    statistics (the same on every replica). A Ray shell runs the same sequence with one share per actor.
+    the sum, then the replicas' fingerprints (``AdapterOptimizers.fingerprint``) and, after the last epoch,
+    statistics are compared (``check_replicas``: ``RuntimeError`` naming the slot when one replica diverged).
+    The result equals ``replicas[0].step(samples)`` up to float summation order. Returns the statistics (the
+    same on every replica). A Ray shell runs the same sequence with one share per actor.
     """
     if not samples:
         raise ValueError("data_parallel_step needs at least one sample")
@@ -402,8 +405,14 @@ def data_parallel_step(
         replica.share([samples[i] for i in idx], targets.advantages[list(idx)], targets.slot_token_totals)
         for replica, idx in zip(replicas, assignment)
     ]
-    stats: dict[int, dict[str, float]] = {}
-    for _ in range(replicas[0].update_config.epochs):
+    epochs = replicas[0].update_config.epochs
+    reports: list[AppliedGradients] = []
+    for epoch in range(1, epochs + 1):
         summed = sum_gradients([share.gradients() for share in shares])
-        stats = [replica.apply_gradients(summed) for replica in replicas][0]
-    return stats
+        stepped = set(summed.grads) | set(summed.sums)
+        for k, replica in enumerate(replicas):
+            stats = replica.apply_gradients(summed)
+            reports.append(AppliedGradients(f"replica {k}", epoch, epochs, replica.optimizers.fingerprint(stepped),
+                                            stats if epoch == epochs else {}))
+    check_replicas(reports)
+    return reports[-len(replicas)].stats

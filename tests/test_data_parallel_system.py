@@ -13,6 +13,8 @@ its samples are split across the replicas) train both for two steps. Checked:
   the restore lands on the same bits in both replicas as the uninterrupted step;
 - the exported versions are what the engine serves (``check_versions``), and evolution puts the child into
   every replica.
+A third system (epochs = 2) checks that ``finish_training`` compares the replicas after every apply: a
+non-finite gradient on both replicas goes through as with one learner, a replica nudged on purpose is caught.
 """
 
 from __future__ import annotations
@@ -129,5 +131,55 @@ def test_two_learner_replicas_per_role_step_as_one_learner(ray_session, tmp_path
         for event in events:
             child = adapters(system)[event["child"]]
             assert len(child) == 2 and all(torch.equal(child[0][k], child[1][k]) for k in child[0]), event["child"]
+    finally:
+        system.stop()
+
+
+@pytest.mark.slow  # ~30 s on two cores: one system starts (6 actors), three steps of two epochs
+def test_replicas_compared_after_every_apply(ray_session):
+    """``finish_training`` compares the replicas' reports of every apply (``check_replicas``), epochs = 2, centred
+    advantages, one system of two replicas per role:
+    - s0's rewards of +-1e300 centre to advantages of +-inf (float32): a non-finite gradient on both replicas.
+      The run goes on as with one learner: no error, s0 not stepped (bit-identical to before on both
+      replicas), its statistics nan (equal as NaN == NaN once they crossed the object store), the others
+      stepped; the next step trains s0;
+    - one element of s1's weights nudged by 1e-3 in ONE replica (inside that actor, ``__ray_call__``): the next
+      step's first apply reports different weights, and ``finish_training`` raises naming s1 and both learners."""
+    config = load_config(None, COMMON + ["rl.data_parallel=true", "resources.learner_gpus=2", "rl.epochs=2",
+                                         "rl.advantage_norm=center"])
+    model_path = resolve_model(config, progress=False)
+    plan = plan_placement(config)
+    plan.actors = [replace(a, num_gpus=0.0, gpu_ids=()) if a.role.startswith("learner") else a for a in plan.actors]
+    vocab = len(AutoTokenizer.from_pretrained(model_path))
+    poisoned, sign = [], {}
+    for s in rollouts(vocab, 3):  # both signs in each of s0's groups (role, family)
+        if s.member == "s0":
+            sign[s.family] = -sign.get(s.family, -1)
+            s = replace(s, reward=1e300 * sign[s.family])
+        poisoned.append(s)
+
+    def nudge(actor, member: str) -> None:  # runs inside the learner actor
+        with torch.no_grad():
+            actor.model.slot_parameters(actor.slots[member])[0].view(-1)[0] += 1e-3
+
+    system = System.start(config, plan, model_path)
+    try:
+        before = adapters(system)
+        stats = system.train(poisoned)
+        assert sorted(k for k, v in stats["s0"].items() if v != v) == ["advantage", "grad_norm", "loss", "pg_loss"]
+        assert all(v == v for member in ("t0", "t1", "s1") for v in stats[member].values())
+        after = adapters(system)
+        for member, replicas in after.items():
+            assert all(torch.equal(replicas[0][k], r[k]) for r in replicas for k in r), member
+            moved = any(not torch.equal(replicas[0][k], before[member][0][k]) for k in replicas[0])
+            assert moved == (member != "s0"), member
+        system.train(rollouts(vocab, 4))
+        assert not torch.equal(*(next(iter(adapters(system)["s0"][0].values())), next(iter(after["s0"][0].values()))))
+
+        ray.get(system.replicas_of("s1")[1].__ray_call__.remote(nudge, "s1"))
+        with pytest.raises(RuntimeError, match=r"the replicas of s1 hold different weights after the apply of epoch 1 of "
+                                               r"2 \(parameter sum .*; on learner-student-0 \(share 0\) vs "
+                                               r"learner-student-1 \(share 1\)\): they have diverged"):
+            system.train(rollouts(vocab, 5))
     finally:
         system.stop()

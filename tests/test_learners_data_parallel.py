@@ -14,7 +14,10 @@ replica applies the sum. Checked on a real tiny float32 Qwen2, no Ray:
 - share-local advantages and token totals would NOT be equal (the check is sensitive to what it guards);
 - one share through the data-parallel calls is bit-identical to ``step``;
 - ``split_by_tokens`` balances token sums (each share within the longest sample of T / K), deterministically,
-  every sample once, splitting at most K - 1 members, each over consecutive shares.
+  every sample once, splitting at most K - 1 members, each over consecutive shares;
+- replicas are compared after every apply (``AdapterOptimizers.fingerprint``, ``check_replicas``): a weight or
+  moment nudged in one replica is caught at the next apply, a non-finite gradient on every replica is not an
+  error (the slot skips its step, nan statistics, as one learner).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from transformers import AutoModelForCausalLM
 
 from learners.adapter_optim import AdapterOptimizers
 from learners.batching import Sample
-from learners.data_parallel import SlotGradients, split_by_tokens, step_targets, sum_gradients
+from learners.data_parallel import (
+    AppliedGradients, SlotGradients, check_replicas, split_by_tokens, step_targets, sum_gradients,
+)
 from learners.multi_lora import LoRASpec, MultiLoRAModel
 from learners.pg_loss import PGConfig
 from learners.policy_learner import PolicyLearner, UpdateConfig, data_parallel_step
@@ -274,3 +279,124 @@ def test_replicas_on_a_device_exchanging_through_the_object_store_take_one_learn
         assert_stats_close(got, want)
         assert_replicas_equal_reference(reference, replicas)
     assert all(p.device.type == device for slot in range(SLOTS) for p in replicas[0].model.slot_parameters(slot))
+
+
+def slot_sums(learner: PolicyLearner, slot: int) -> dict[str, float]:
+    """What ``AdapterOptimizers.fingerprint`` sums, computed here directly: every tensor of the slot concatenated
+    on the CPU in float64."""
+    params = learner.model.slot_parameters(slot)
+    state = learner.optimizers.optimizers[slot].state
+
+    def cat(tensors):
+        return torch.cat([t.detach().cpu().double().reshape(-1) for t in tensors]) if tensors else torch.zeros(1, dtype=torch.float64)
+
+    x = cat(params)
+    return {"step": float(state[params[0]]["step"]) if params[0] in state else 0.0, "param_sum": float(x.sum()),
+            "param_sq_sum": float((x * x).sum()), "exp_avg_sum": float(cat([state[p]["exp_avg"] for p in params if p in state]).sum()),
+            "exp_avg_sq_sum": float(cat([state[p]["exp_avg_sq"] for p in params if p in state]).sum())}
+
+
+@pytest.mark.parametrize("device", [
+    "cpu",
+    pytest.param("cuda", marks=[pytest.mark.gpu,
+                                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]),
+])
+def test_fingerprint_sums_what_each_slot_holds(tiny_qwen2, device):
+    """``AdapterOptimizers.fingerprint``: per slot the AdamW step count and the float64 sums of the parameters
+    (and their squares) and of the two moments, computed on ``device`` (the tensors stay there): before any step
+    (no moments: 0) and after two, equal to the direct sums up to summation order."""
+    loss, update = PLAIN
+    learner = make_learner(tiny_qwen2, loss, update, device=device)
+    before = learner.optimizers.fingerprint([2, 0])
+    assert list(before) == [0, 2] and before[0]["step"] == before[0]["exp_avg_sum"] == before[0]["exp_avg_sq_sum"] == 0.0
+    for seed in (1, 2):
+        learner.step(draw_samples(learner.model.config.vocab_size, seed, [0, 1]))
+    held = learner.optimizers.fingerprint(range(SLOTS))
+    for slot in range(SLOTS):
+        want = slot_sums(learner, slot)
+        assert held[slot].keys() == want.keys()
+        assert held[slot] == pytest.approx(want, rel=1e-12, abs=1e-15), slot
+    assert held[0]["step"] == 2.0 and held[2]["step"] == 0.0 and held[0]["exp_avg_sq_sum"] > 0
+    assert held[2]["param_sum"] == before[2]["param_sum"], "an absent slot is not stepped"
+    assert all(p.device.type == device for p in learner.model.slot_parameters(0))
+
+
+def test_a_perturbed_replica_is_caught_at_its_next_apply(tiny_qwen2):
+    """A replica whose weights or AdamW moments were changed behind the step's back (one element, by a small
+    amount) reports the same statistics as its healthy twin (computed from the same summed gradients), but its
+    fingerprint differs from the next apply on: ``check_replicas`` names the member, the replicas and the quantity."""
+    loss, update = PLAIN
+    replicas = [make_learner(tiny_qwen2, loss, update) for _ in range(2)]
+    vocab = replicas[0].model.config.vocab_size
+    data_parallel_step(replicas, draw_samples(vocab, 10, [0, 1, 1, 2]))  # healthy: the replicas agree
+    with torch.no_grad():
+        replicas[1].model.slot_parameters(1)[0].view(-1)[0] += 1e-3
+    samples = draw_samples(vocab, 11, [0, 1, 1, 2])
+    shares = [replica.share_of(samples, k, 2) for k, replica in enumerate(replicas)]
+    summed = sum_gradients([share.gradients() for share in shares])
+    stats = [replica.apply_gradients(summed) for replica in replicas]
+    assert stats[0] == stats[1], "the statistics cannot see it"
+    reports = [AppliedGradients(f"replica {k}", 1, 1, replica.optimizers.fingerprint(summed.grads), stats[k])
+               for k, replica in enumerate(replicas)]
+    with pytest.raises(RuntimeError, match=r"the replicas of 1 hold different weights after the apply of epoch 1 of 1 "
+                                           r"\(parameter sum .* vs .*; on replica 0 vs replica 1\): they have diverged"):
+        check_replicas(reports)
+
+    # AdamW moments (epochs = 2): caught at the first epoch's apply of the next step, by data_parallel_step itself.
+    loss, update = PPO
+    replicas = [make_learner(tiny_qwen2, loss, update) for _ in range(2)]
+    data_parallel_step(replicas, samples)
+    with torch.no_grad():
+        replicas[0].optimizers.optimizers[2].state[replicas[0].model.slot_parameters(2)[3]]["exp_avg"].view(-1)[0] += 1e-7
+    with pytest.raises(RuntimeError, match=r"the replicas of 2 hold different weights and optimizer states after the "
+                                           r"apply of epoch 1 of 2 \(parameter sum .*, AdamW first-moment sum .*; on "):
+        data_parallel_step(replicas, draw_samples(vocab, 12, [0, 1, 2, 2]))
+
+
+def test_a_non_finite_gradient_on_every_replica_skips_the_step_as_one_learner_does(tiny_qwen2):
+    """Slot 1's rewards of +-1e300 centre to advantages of +-inf in float32: its gradient is not finite on every
+    share. Every replica skips slot 1's step as one learner does (weights and moments kept, the others stepped),
+    the statistics carry nan where the one learner's do, and the replicas agree (NaN == NaN: the nan of one replica
+    is not equal to the other's by ``!=`` once they are separate objects); the next, finite step trains slot 1."""
+    loss, update = PGConfig(), UpdateConfig(micro_batch_tokens=48, advantage_norm="center")
+    reference = make_learner(tiny_qwen2, loss, update)
+    replicas = [make_learner(tiny_qwen2, loss, update) for _ in range(2)]
+    vocab = reference.model.config.vocab_size
+    samples = [replace(s, reward=1e300 if i % 4 < 2 else -1e300) if s.slot == 1 else s
+               for i, s in enumerate(draw_samples(vocab, 13, [0, 1, 1, 1, 2, 1]))]
+    def slot_1(learner: PolicyLearner) -> list[torch.Tensor]:
+        return [p.detach().clone() for p in learner.model.slot_parameters(1)]
+
+    kept = slot_1(reference)
+    want = reference.step(samples)
+    got = data_parallel_step(replicas, samples)  # checks the replicas: no error
+    assert sorted(k for k, v in want[1].items() if v != v) == ["advantage", "grad_norm", "loss", "pg_loss"]
+    assert sorted(k for k, v in got[1].items() if v != v) == sorted(k for k, v in want[1].items() if v != v)
+    assert pickle.loads(pickle.dumps(got)) != got, "a plain comparison of the stats would call the replicas diverged"
+    assert_stats_close({a: s for a, s in got.items() if a != 1}, {a: s for a, s in want.items() if a != 1})
+    assert_replicas_equal_reference(reference, replicas)
+    assert all(torch.equal(a, b) for a, b in zip(slot_1(replicas[0]), kept)), "slot 1 must not step"
+    assert replicas[0].optimizers.fingerprint([1])[1]["step"] == 0.0
+    samples = draw_samples(vocab, 14, [1, 1, 2])
+    assert_stats_close(data_parallel_step(replicas, samples), reference.step(samples))
+    assert_replicas_equal_reference(reference, replicas)
+    assert not any(torch.equal(a, b) for a, b in zip(slot_1(replicas[0]), kept))
+
+
+def test_check_replicas_compares_fingerprints_exactly_and_statistics_nan_aware():
+    nan = float("nan")
+    held = {"step": 3.0, "param_sum": 1.5, "param_sq_sum": 2.0, "exp_avg_sum": nan, "exp_avg_sq_sum": 0.0}
+
+    def report(k: int, epoch: int, held_s0: dict, stats_s0: dict | None = None) -> AppliedGradients:
+        return AppliedGradients(f"learner-{k} (share {k})", epoch, 2, {"s0": held_s0, "t0": dict(held)},
+                                {"s0": stats_s0} if stats_s0 is not None else {})
+
+    stats = {"loss": nan, "grad_norm": nan, "tokens": 12.0}
+    check_replicas([report(k, e, dict(held), dict(stats) if e == 2 else None) for e in (1, 2) for k in range(2)])
+    with pytest.raises(RuntimeError, match=r"replicas of s0 report different statistics after the apply of epoch 2 of 2 "
+                                           r"\(tokens 12.0 vs 13.0; on learner-0 \(share 0\) vs learner-1 \(share 1\)\)"):
+        check_replicas([report(0, 2, dict(held), dict(stats)), report(1, 2, dict(held), {**stats, "tokens": 13.0})])
+    with pytest.raises(RuntimeError, match=r"replicas of s0 hold different optimizer states after the apply of epoch 1 "
+                                           r"of 2 \(AdamW step count 3.0 vs 4.0; on learner-0 \(share 0\) vs learner-1 \(share 1\)\)"):
+        check_replicas([report(0, 1, dict(held)), report(1, 1, {**held, "step": 4.0}),
+                        report(0, 2, dict(held)), report(1, 2, {**held, "param_sum": 0.0})])
