@@ -89,10 +89,12 @@ def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | N
                 else int((kind.memory_gib if kind else 80.0) * GiB))
     checkpointing = plan.memory.activation_checkpointing
 
-    def unfit(candidate: Layout) -> str | None:
-        resized = config.model_copy(update={"resources": config.resources.model_copy(
-            update={"inference_gpus": candidate.inference, "learner_gpus": candidate.learners,
-                    "colocated": candidate.colocated})})
+    def unfit(candidate: Layout, data_parallel: bool) -> str | None:
+        resized = config.model_copy(update={
+            "resources": config.resources.model_copy(update={"inference_gpus": candidate.inference,
+                                                             "learner_gpus": candidate.learners,
+                                                             "colocated": candidate.colocated}),
+            "rl": config.rl.model_copy(update={"data_parallel": data_parallel})})
         memory = plan_memory(resized, dims, plan_placement(resized), capacity, host, "the described GPUs", checkpointing)
         return None if memory.fits else memory.verdict()
 

@@ -50,6 +50,15 @@ overlap (engines and learners take the same GPUs in turn): its overlapped step i
 
 On CPU the learner processes (teacher, student) run on their own cores unless ``learner_cores`` says how many
 they share: then they time-share them and train = max(busiest learner, all learners' work / learner_cores).
+
+**The ranking** (:func:`choose_layout`): every way to run the described cluster is one candidate, a GPU split
+(:func:`candidate_layouts`: engines + learners, and the colocated layout) times a :class:`RunMode` (serial or
+overlapped, data parallel off or on), each planned with its own memory plan (the ``unfit`` callback: data
+parallel puts every member of a role on every learner GPU). A mode that cannot run on a layout (overlap on the
+colocated layout, data parallel with one learner GPU) is listed with the reason, never recommended. A
+candidate's step is its wall-clock step (:attr:`TimePlan.wall_s`: overlapped where the mode overlaps), and its
+GPU busy fraction the GPU-seconds of generation and training over that step times the GPUs. The recommendation
+is the fastest runnable candidate, with every key it needs.
 """
 
 from __future__ import annotations
@@ -226,6 +235,22 @@ class TimePlan:
     missing: list[str] = field(default_factory=list)
     drained_fraction: float = 1.0  # of the config's run.steps, were it overlapped (drained_steps / run.steps)
     overlapped: bool = False  # the config runs overlapped (run.max_staleness: 1)
+    data_parallel: bool = False  # the config splits each member's update over the learner GPUs (rl.data_parallel)
+
+    @property
+    def mode(self) -> "RunMode":
+        return RunMode(1 if self.overlapped else 0, self.data_parallel)
+
+    @property
+    def name(self) -> str:
+        """``5+3 overlapped, data parallel``: the layout and how it runs."""
+        return f"{self.layout.name} {self.mode.name}" if self.cluster.gpus else self.layout.name
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds of one step as the run goes: the overlapped step (:class:`Overlap`) where the config overlaps and
+        the layout allows it, else the serial one (:attr:`step_seconds`)."""
+        return self.overlap().step_s if self.overlapped and not self.layout.colocated else self.step_seconds
 
     def overlap(self, drained_fraction: float | None = None) -> Overlap:
         """This plan's steps serial and overlapped (``drained_fraction``: the run's own when None)."""
@@ -240,8 +265,8 @@ class TimePlan:
         return sum(p.seconds for p in self.phases if p.group == group)
 
     def busy(self) -> dict[str, float]:
-        """Fraction of the step each GPU group computes (colocated: one group does both)."""
-        step = self.step_seconds or 1.0
+        """Fraction of the (wall-clock) step each GPU group computes (colocated: one group does both)."""
+        step = self.wall_s or 1.0
         if self.layout.colocated:
             return {"gpus": (self.group_seconds("inference") + self.group_seconds("learners")) / step}
         out = {}
@@ -266,11 +291,12 @@ class TimePlan:
 
     @property
     def steps_per_hour(self) -> float:
-        return 3600.0 / self.step_seconds if self.step_seconds else math.inf
+        return 3600.0 / self.wall_s if self.wall_s else math.inf
 
     def summary(self) -> str:
         busy = ", ".join(f"{g} {f:.0%}" for g, f in self.busy().items())
-        return (f"step ~{self.step_seconds:.0f} s, GPU busy {self.gpu_busy():.0%} ({busy}), "
+        how = f" overlapped ({self.step_seconds:.0f} s serial)" if self.wall_s != self.step_seconds else ""
+        return (f"step ~{self.wall_s:.0f} s{how}, GPU busy {self.gpu_busy():.0%} ({busy}), "
                 f"limited by {self.critical().name}")
 
     def render(self) -> str:
@@ -494,7 +520,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
               "prefill": work.propose_tokens[0] + work.solve_tokens[0], "decode": work.propose_tokens[1] + work.solve_tokens[1]}
     steps = config.run.steps
     return TimePlan(cluster, layout, phases, lengths, {k: round(v) for k, v in tokens.items()}, missing,
-                    drained_steps(config, steps) / steps, config.run.max_staleness == 1)
+                    drained_steps(config, steps) / steps, config.run.max_staleness == 1, config.rl.data_parallel)
 
 
 def candidate_layouts(cluster: Cluster, tp: int) -> list[Layout]:
@@ -573,13 +599,71 @@ COLOCATED_NOT_RUN = ("built, not yet run on a GPU (vLLM's sleep mode beside the 
 GPU's learners train) has run only on CPU, where vLLM has no sleep mode. None once a GPU run has checked it."""
 
 
+@dataclass(frozen=True)
+class RunMode:
+    """How a layout runs: ``staleness`` 0 (serial) or 1 (overlapped, ``run.max_staleness``), and whether each
+    member's update is split over the learner GPUs (``rl.data_parallel``)."""
+
+    staleness: int = 0
+    data_parallel: bool = False
+
+    @property
+    def name(self) -> str:
+        return ("overlapped" if self.staleness else "serial") + (", data parallel" if self.data_parallel else "")
+
+    def keys(self, config: Any) -> list[str]:
+        """The overrides that select this mode (the importance correction that overlap needs, where it is off)."""
+        keys = [f"run.max_staleness={self.staleness}"]
+        if self.staleness and config.rl.importance_correction == "off":
+            keys.append("rl.importance_correction=tis")
+        return keys + [f"rl.data_parallel={str(self.data_parallel).lower()}"]
+
+    def problem(self, layout: Layout) -> str | None:
+        """Why this mode cannot run on ``layout`` (None: it can)."""
+        if self.staleness and layout.colocated:
+            return "not runnable: overlap needs engines and learners on separate GPUs (colocated runs them in turn)"
+        if self.data_parallel and layout.learners < 2:
+            return "not runnable: data parallel needs 2 or more learner GPUs"
+        return None
+
+    def apply(self, config: Any) -> Any:
+        """``config`` running in this mode (not validated: a plan's what-if)."""
+        rl = {"data_parallel": self.data_parallel}
+        if self.staleness and config.rl.importance_correction == "off":
+            rl["importance_correction"] = "tis"
+        return config.model_copy(update={"rl": config.rl.model_copy(update=rl),
+                                         "run": config.run.model_copy(update={"max_staleness": self.staleness})})
+
+
+RUN_MODES = (RunMode(0, False), RunMode(1, False), RunMode(0, True), RunMode(1, True))
+
+TABLE_BEST = 5
+"""Candidates the dry run's table shows in full, fastest first (and the configured one); ``--all`` shows every one."""
+
+
+def layout_keys(layout: Layout) -> list[str]:
+    keys = [f"resources.inference_gpus={layout.inference}", f"resources.learner_gpus={layout.learners}"]
+    if layout.tp > 1:
+        keys.append(f"resources.tensor_parallel_size={layout.tp}")
+    return keys + [f"resources.colocated={str(layout.colocated).lower()}"]
+
+
 @dataclass
 class LayoutChoice:
-    """The configured layout's plan, every candidate's plan with why it cannot run (None: it can), and the pick."""
+    """The configured layout's plan, every candidate's plan (a layout in a mode) with why it cannot run (None: it
+    can), and the pick: the fastest runnable candidate."""
 
     current: TimePlan
     candidates: list[tuple[TimePlan, str | None]]
     recommended: TimePlan | None
+    config: Any = None
+
+    def is_current(self, plan: TimePlan) -> bool:
+        return plan.layout == self.current.layout and plan.mode == self.current.mode
+
+    def keys(self, plan: TimePlan) -> str:
+        """The overrides that run ``plan`` (layout and mode)."""
+        return " ".join(layout_keys(plan.layout) + plan.mode.keys(self.config))
 
     def verdict(self) -> str:
         """The dry run's one closing line of time."""
@@ -588,57 +672,76 @@ class LayoutChoice:
             return (f"time: not fully planned: {'; '.join(cur.missing)}; set plan.constants (planning/time_constants.py); "
                     f"the phases planned so far: ~{cur.step_seconds:.0f} s")
         if not cur.cluster.gpus:
-            line = f"time: step ~{cur.step_seconds:.0f} s on CPU, limited by {cur.critical().name}"
-        else:
-            line = f"time: {cur.summary()}"
-        if cur.overlapped:
-            line += f" (overlapped: ~{cur.overlap().step_s:.0f} s, {cur.overlap().speedup:.2f}x serial)"
+            return f"time: step ~{cur.wall_s:.0f} s on CPU, limited by {cur.critical().name}"
+        line = f"time: {cur.summary()}"
         rec = self.recommended
         if rec is None:
             return line + "; recommended: none (no other layout fits and runs)"
-        if rec.layout == cur.layout:
-            return line + f"; recommended: {rec.layout.name} (this layout)"
-        return line + f"; recommended: {rec.layout.name} (~{rec.step_seconds:.0f} s, {rec.gpu_busy():.0%} busy)"
+        if self.is_current(rec):
+            return line + f"; recommended: {rec.name} (this configuration)"
+        return (line + f"; recommended: {rec.name} (~{rec.wall_s:.0f} s, {rec.gpu_busy():.0%} busy, "
+                f"{cur.wall_s / rec.wall_s:.2f}x the steps per hour): {self.keys(rec)}")
 
-    def render(self) -> str:
+    def render(self, show_all: bool = False) -> str:
+        """The configured plan, then the candidates: the fastest ``TABLE_BEST`` that run and the configured one in
+        full, every other one with ``show_all`` (else counted)."""
         lines = [self.current.render()]
-        if len(self.candidates) > 1:
-            lines.append(f"# layouts of {self.current.cluster} (the time plan of each; memory and runnability checked)")
-            for plan, why in self.candidates:
-                lines.append(f"{plan.layout.name:<24} step {plan.step_seconds:8.1f} s  {plan.steps_per_hour:6.1f}/h  "
-                             f"GPU busy {plan.gpu_busy():4.0%}  limited by {plan.critical().name:<9} {why or 'runs'}")
+        if len(self.candidates) <= 1:
+            return "\n".join(lines)
+        ranked = sorted(self.candidates, key=lambda c: (c[1] is not None, c[0].wall_s))
+        shown = ranked if show_all else [c for i, c in enumerate(ranked)
+                                         if (i < TABLE_BEST and c[1] is None) or self.is_current(c[0])]
+        lines.append(f"# ways to run {self.current.cluster}, fastest first (each with its time and memory plan)")
+        for plan, why in shown:
+            mark = "*" if self.is_current(plan) else " "
+            lines.append(f"{mark}{plan.name:<42} step {plan.wall_s:7.1f} s  {plan.steps_per_hour:6.1f}/h  "
+                         f"GPU busy {plan.gpu_busy():4.0%}  limited by {plan.critical().name:<9} {why or 'runs'}")
+        hidden = len(ranked) - len(shown)
+        if hidden:
+            runnable = sum(1 for plan, why in ranked if why is None and (plan, why) not in shown)
+            lines.append(f" ... {hidden} more ({runnable} runnable, slower; python launch.py --dry-run --all lists them)")
+        lines.append(" (* this configuration)")
         return "\n".join(lines)
 
 
-def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengths,
-                  unfit: Callable[[Layout], str | None], kinds: dict[str, DeviceKind] | None = None,
-                  host: HostConstants | None = None, checkpointing: bool = True) -> LayoutChoice:
-    """Plan the configured layout and every candidate of ``cluster``; recommend the fastest that runs.
+def candidate_problem(plan: TimePlan, unfit: Callable[[Layout, bool], str | None]) -> str | None:
+    """Why the candidate ``plan`` (a layout in a mode) cannot be recommended; None when it runs."""
+    layout, mode, cluster = plan.layout, plan.mode, plan.cluster
+    if cluster.gpus and mode.problem(layout):
+        return mode.problem(layout)
+    if layout.colocated and layout.tp > 1:
+        return "not runnable yet: a colocated replica with tensor parallelism is not built"
+    if layout.engine_wider_than(cluster.gpus_per_node):
+        return f"an engine's {layout.tp} tensor-parallel GPUs must be on one node"
+    if plan.missing:
+        return "constants missing: " + "; ".join(plan.missing)
+    return unfit(layout, mode.data_parallel) or (COLOCATED_NOT_RUN if layout.colocated else None)
 
-    ``unfit(layout)`` says why a layout does not fit memory (None when it fits: the memory plan's verdict). A
-    layout wider than a node runs across the cluster's nodes (only an engine's tp GPUs must share one), and a
-    colocated one that fits is not recommended while :data:`COLOCATED_NOT_RUN` stands (said so in the table)."""
+
+def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengths,
+                  unfit: Callable[[Layout, bool], str | None], kinds: dict[str, DeviceKind] | None = None,
+                  host: HostConstants | None = None, checkpointing: bool = True) -> LayoutChoice:
+    """Plan the configured layout and every candidate of ``cluster`` in every :data:`RUN_MODES`; recommend the
+    fastest (wall-clock step) that runs.
+
+    ``unfit(layout, data_parallel)`` says why a layout does not fit memory (None when it fits: the memory plan's
+    verdict, redone for the data-parallel setting). A layout wider than a node runs across the cluster's nodes
+    (only an engine's tp GPUs must share one), and a colocated one that fits is not recommended while
+    :data:`COLOCATED_NOT_RUN` stands (said so in the table). On CPU only the configured layout and mode exist."""
     current = plan_time(config, dims, config_layout(config) if cluster.gpus else Layout(0, 0), cluster, lengths,
                         kinds, host, checkpointing)
     candidates = []
+    modes = RUN_MODES if cluster.gpus else (current.mode,)
     for layout in candidate_layouts(cluster, config.resources.tensor_parallel_size):
-        plan = plan_time(config, dims, layout, cluster, lengths, kinds, host, checkpointing)
-        why = None
-        if layout.colocated and layout.tp > 1:
-            why = "not runnable yet: a colocated replica with tensor parallelism is not built"
-        elif layout.engine_wider_than(cluster.gpus_per_node):
-            why = f"an engine's {layout.tp} tensor-parallel GPUs must be on one node"
-        elif plan.missing:
-            why = "constants missing: " + "; ".join(plan.missing)
-        else:
-            why = unfit(layout) or (COLOCATED_NOT_RUN if layout.colocated else None)
-        candidates.append((plan, why))
+        for mode in modes:
+            plan = plan_time(mode.apply(config), dims, layout, cluster, lengths, kinds, host, checkpointing)
+            candidates.append((plan, candidate_problem(plan, unfit)))
     runnable = [plan for plan, why in candidates if why is None]
-    recommended = min(runnable, key=lambda p: p.step_seconds) if runnable else None
-    return LayoutChoice(current, candidates, recommended)
+    recommended = min(runnable, key=lambda p: p.wall_s) if runnable else None
+    return LayoutChoice(current, candidates, recommended, config)
 
 
 __all__ = ["GENERATION_PHASES", "TRAINING_PHASES", "Cluster", "ClusterError", "Layout", "LayoutChoice", "Lengths",
-           "Overlap", "Phase", "RunRecordError", "Sourced", "TimePlan", "Workload", "candidate_layouts", "choose_layout",
+           "Overlap", "Phase", "RUN_MODES", "RunMode", "RunRecordError", "Sourced", "TimePlan", "Workload", "candidate_layouts", "choose_layout",
            "cluster_of", "config_layout", "drained_steps", "lengths_from_config", "lengths_from_run",
            "measured_phase_seconds", "plan_time", "step_workload"]

@@ -24,9 +24,9 @@ import qwen25_7b  # noqa: E402  (Qwen2.5-7B's config.json, the plan's 7B shape)
 
 DIMS = ModelDims.from_config_json(qwen25_7b.CONFIG)
 HOST = HostView(ram_bytes=1024 * GiB, shm_bytes=512 * GiB)
-COLOCATED_8 = ["resources.colocated=true", "resources.inference_gpus=8", "resources.learner_gpus=8",
+COLOCATED_8 = ["resources.colocated=true", "run.max_staleness=0", "resources.inference_gpus=8", "resources.learner_gpus=8",
                "inference.vllm_engine_args.gpu_memory_utilization=0.64", "inference.vllm_engine_args.max_num_seqs=64",
-               "rl.micro_batch_tokens=16384"]  # what fits one node of 8 x 80 GiB (docs/memory.md)
+               "rl.micro_batch_tokens=16384", "rl.data_parallel=false"]  # what fits one node of 8 x 80 GiB (docs/memory.md)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -75,10 +75,10 @@ def test_every_gpu_holds_an_engine_and_a_learner_pair(qwen7b):
     ok, lines = plan.check(ClusterView({"CPU": 512.0, "GPU": 8.0}, [{"CPU": 512.0, "GPU": 8.0}], "an 8-GPU node"))
     assert ok, lines
     single = plan_placement(load_config(PRESETS_DIR / "qwen2.5-7b-single.yaml", [
-        f"model.path={qwen7b}", "resources.colocated=true"]))
+        f"model.path={qwen7b}", "resources.colocated=true", "run.max_staleness=0"]))
     assert [(a.name, a.num_gpus, a.gpu_ids) for a in single.actors if a.gpu_ids] == [
         ("inference", 0.5, (0,)), ("learner-agent", 0.5, (0,))]
-    split = plan_placement(preset(qwen7b))  # the preset's 4+4: engines and learner pairs on separate GPUs
+    split = plan_placement(preset(qwen7b))  # the preset's 5+3: engines and learner pairs on separate GPUs
     assert not split.colocated and not any(split.shares_gpu(a) for a in split.by_role("inference"))
     cpu = plan_placement(load_config(None, ["resources.colocated=true"]))  # on CPU: the layout a laptop has anyway
     assert not cpu.colocated and [a.name for a in cpu.actors] == [a.name for a in plan_placement(load_config()).actors]
@@ -102,7 +102,8 @@ def test_colocated_memory_plan_counts_both_moments_of_every_gpu(qwen7b):
     learner = 12 * p + int(RELEASE_RETAINED_FRACTION * step)
     assert rows["GPU 3 generating"].need == int(0.64 * cap) + base + 2 * learner + 3 * CUDA_CONTEXT_BYTES
     # asleep: the learners' peak (the split layout's learner row) + the engine's context and CUDA graphs
-    split = preset(qwen7b, "rl.micro_batch_tokens=16384")
+    split = preset(qwen7b, "rl.micro_batch_tokens=16384", "resources.inference_gpus=4", "resources.learner_gpus=4",
+                   "rl.data_parallel=false")
     learners = next(r for r in plan_memory(split, DIMS, plan_placement(split), cap, HOST).rows if r.device == "GPU 4")
     assert rows["GPU 3 training"].need == learners.need + CUDA_CONTEXT_BYTES + CUDA_GRAPHS_BYTES
     assert rows["GPU 3 engine"].capacity == int(0.64 * cap)
@@ -139,11 +140,12 @@ def test_the_time_plan_plans_the_colocated_layout_but_does_not_recommend_it_yet(
     current = run.time.current
     assert current.layout.colocated and set(current.busy()) == {"gpus"}
     assert {p.name for p in current.phases} >= {"switch", "train", "solve"}
-    why = {plan.layout.name: why for plan, why in run.time.candidates}
-    assert why["colocated 8 GPUs"] == COLOCATED_NOT_RUN and why["4+4"] is None
-    assert run.time.recommended.layout.name == "4+4"
-    too_big = plan_run(preset(qwen7b, *COLOCATED_8[:3]), view, HOST)  # the preset's 0.85 x 80 GiB beside the learners
-    assert dict((p.layout.name, w) for p, w in too_big.time.candidates)["colocated 8 GPUs"].startswith(
+    why = {plan.name: why for plan, why in run.time.candidates}
+    assert why["colocated 8 GPUs serial"] == COLOCATED_NOT_RUN and why["4+4 serial"] is None
+    assert why["colocated 8 GPUs overlapped"].startswith("not runnable: overlap needs engines and learners on separate")
+    assert run.time.recommended.name == "5+3 overlapped, data parallel"
+    too_big = plan_run(preset(qwen7b, *COLOCATED_8[:4]), view, HOST)  # the preset's 0.85 x 80 GiB beside the learners
+    assert dict((p.name, w) for p, w in too_big.time.candidates)["colocated 8 GPUs serial"].startswith(
         "memory: does not fit")
 
 

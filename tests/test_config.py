@@ -113,10 +113,11 @@ def test_tensor_parallelism_reaches_vllm_once(monkeypatch):
     config = load_config(preset)
     assert config.resources.tensor_parallel_size == 1
     assert config.vllm_engine_args() == config.inference.vllm_engine_args
-    config = load_config(preset, ["resources.tensor_parallel_size=2"])
+    tp2 = ["resources.inference_gpus=4", "resources.learner_gpus=4", "resources.tensor_parallel_size=2"]
+    config = load_config(preset, tp2)
     assert config.vllm_engine_args() == {**config.inference.vllm_engine_args, "tensor_parallel_size": 2,
                                          "distributed_executor_backend": "mp"}
-    config = load_config(preset, ["resources.tensor_parallel_size=2", "inference.vllm_engine_args.distributed_executor_backend=ray"])
+    config = load_config(preset, [*tp2, "inference.vllm_engine_args.distributed_executor_backend=ray"])
     assert config.vllm_engine_args()["distributed_executor_backend"] == "ray"
     with pytest.raises(ConfigError, match=r"inference.vllm_engine_args.tensor_parallel_size: set resources.tensor_parallel_size"):
         load_config(preset, ["inference.vllm_engine_args.tensor_parallel_size=2"])

@@ -144,8 +144,9 @@ def test_7b_preset_fits_80gb_with_headroom_on_every_gpu(qwen7b_dir):
 
 
 def test_data_parallel_puts_every_members_state_on_every_learner_gpu(qwen7b_dir):
-    """rl.data_parallel: each learner of a role holds all 4 of its members (not 1): 4x their adapter state."""
-    off, on = (plan_of(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir, f"rl.data_parallel={flag}")) for flag in ("false", "true"))
+    """rl.data_parallel: each learner of a role holds all 4 of its members (not 1): 4x their adapter state (on 4+4)."""
+    off, on = (plan_of(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir, "resources.inference_gpus=4", "resources.learner_gpus=4",
+                              f"rl.data_parallel={flag}")) for flag in ("false", "true"))
     p = 161_480_704
     for plan, members in ((off, 1), (on, 4)):
         for gpu in range(4, 8):
@@ -168,7 +169,7 @@ def test_too_large_micro_batch_is_refused_naming_the_knob(qwen7b_dir):
     assert not refused.fits
     verdict = refused.verdict()
     assert verdict.startswith("memory: does not fit: ") and "rl.micro_batch_tokens" in verdict
-    assert "GPU 4-7 needs" in verdict and "GPU 0" not in verdict  # the learner GPUs of 4+4, no engine GPU
+    assert "GPU 5-7 needs" in verdict and "GPU 0" not in verdict  # the learner GPUs of 5+3, no engine GPU
 
 
 def test_40gb_gpus_are_refused_naming_the_knobs(qwen7b_dir):
