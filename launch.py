@@ -8,8 +8,10 @@
     python launch.py --quiet                          # errors and the final summary only
 
 Overrides are ``dotted.key=value`` with YAML values. Under ``ray job submit`` (or with RAY_ADDRESS
-set) the run attaches to that cluster; otherwise it starts a local one and prints its dashboard
-address and how to log in. The actors' output goes to RUN_DIR/logs/ (``--verbose``: to the terminal).
+set) the run attaches to that cluster; else to the cluster ``ray start`` runs on this machine, if any
+(``RAY_ADDRESS=local`` starts a separate one instead); otherwise it starts a local one and prints its
+dashboard address and how to log in. The dry run checks the plan against the same cluster. The actors'
+output goes to RUN_DIR/logs/ (``--verbose``: to the terminal).
 """
 
 from __future__ import annotations
@@ -105,13 +107,25 @@ def local_cluster_view() -> ClusterView:
                        gpu_memory_bytes=gpu_memory_bytes() if gpus else None)
 
 
-def cluster_view(address: str | None) -> ClusterView:
-    """The cluster at ``address`` (RAY_ADDRESS / ray job submit), else this machine."""
+def cluster_view() -> ClusterView:
+    """The cluster the run will use (``actors.cluster.cluster_address``: RAY_ADDRESS, else the one ``ray start`` runs
+    on this machine) as it is now, else this machine (where the run would start a local cluster). Raises
+    ``ClusterConnectError`` where the cluster to attach to cannot be reached."""
+    import logging
+
+    from actors.cluster import AUTH_SETUP_LOGGER, LOCAL_ASKED, attach, attached_description, cluster_address
+
+    address, how = cluster_address()
     if not address:
-        return local_cluster_view()
+        view = local_cluster_view()
+        if how == LOCAL_ASKED:
+            return ClusterView(total=view.total, nodes=view.nodes, gpu_memory_bytes=view.gpu_memory_bytes,
+                               source=f"this machine ({LOCAL_ASKED}: a separate local cluster would be started)")
+        return view
     import ray
 
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    logging.getLogger(AUTH_SETUP_LOGGER).setLevel(logging.ERROR)  # Ray's announcement of token authentication
+    attach(address, how, logging_level="ERROR", log_to_driver=False)
     try:
         nodes = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
         memory = None
@@ -119,7 +133,7 @@ def cluster_view(address: str | None) -> ClusterView:
             probe = ray.remote(num_cpus=0, num_gpus=0.001)(gpu_memory_bytes).remote()
             ready, _ = ray.wait([probe], timeout=30)
             memory = ray.get(ready[0]) if ready else None
-        return ClusterView(total=dict(ray.cluster_resources()), nodes=nodes, source=f"Ray cluster at {address}",
+        return ClusterView(total=dict(ray.cluster_resources()), nodes=nodes, source=attached_description(address, how),
                            gpu_memory_bytes=memory)
     finally:
         ray.shutdown()
@@ -135,9 +149,9 @@ def host_view() -> HostView:
 
 
 def plan(config: Config, cluster: str | None = None, lengths: Lengths | None = None) -> RunPlan:
-    """The whole plan of ``config`` (``planning.run_plan``), asked for once, on the cluster at RAY_ADDRESS (else
-    this machine) and this machine's memory; time on the described cluster (``--cluster``, else the config's)."""
-    return plan_run(config, cluster_view(os.environ.get("RAY_ADDRESS")), host_view(), cluster, lengths)
+    """The whole plan of ``config`` (``planning.run_plan``), asked for once, on the cluster the run will use
+    (``cluster_view``) and this machine's memory; time on the described cluster (``--cluster``, else the config's)."""
+    return plan_run(config, cluster_view(), host_view(), cluster, lengths)
 
 
 def run_records(run_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -206,6 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from actors.cluster import ClusterConnectError
+
+    try:
+        return run_or_plan(args, config)
+    except ClusterConnectError as exc:  # the cluster to attach to cannot be reached: no actor started
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run_or_plan(args: argparse.Namespace, config: Config) -> int:
+    """``main`` past the config: the dry run, or the plan's checks and the run."""
     if args.dry_run:
         return dry_run(config, args.cluster, args.from_run)
     if args.cluster or args.from_run:

@@ -22,6 +22,7 @@ import hashlib
 import logging
 import os
 import secrets
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,9 +150,123 @@ def route_actor_output(role: str) -> Path | None:
     return route_output(ray.get_runtime_context().get_actor_name() or f"{role}-{os.getpid()}")
 
 
+RAY_START = "ray start"
+"""``cluster_address``'s ``how`` for the cluster that ``ray start`` runs on this machine."""
+
+LOCAL_ASKED = "RAY_ADDRESS=local"
+"""``cluster_address``'s ``how`` where the user asked for a separate local cluster."""
+
+
+class ClusterConnectError(RuntimeError):
+    """The cluster a run is to use cannot be attached to; the message names it and the ways out."""
+
+
+def cluster_address(env: dict[str, str] | None = None) -> tuple[str | None, str]:
+    """Which Ray cluster a run uses, and how that was decided: ``(address, how)``; address None: start a local one.
+    ``connect`` and ``launch.py``'s plan (the dry run, the pre-flight resource check) both ask here.
+
+    ``RAY_ADDRESS`` set (``ray job submit`` sets it): that cluster (``how`` ``"RAY_ADDRESS"``);
+    ``RAY_ADDRESS=local``: a separate local cluster even where one runs (``LOCAL_ASKED``). Else a cluster that
+    ``ray start`` runs on this machine (recorded in ``$TMPDIR/ray/ray_current_cluster`` and its GCS alive here),
+    which a bare ``ray.init()`` would join (``RAY_START``). Else a local one (``how`` ``""``; a stale record is
+    ignored)."""
+    env = dict(os.environ) if env is None else env
+    address = env.get("RAY_ADDRESS", "").strip()
+    if address.lower() == "local":
+        return None, LOCAL_ASKED
+    if address:
+        return address, "RAY_ADDRESS"
+    from ray._private import services
+
+    recorded = services.find_bootstrap_address(None)
+    services.find_gcs_addresses.cache_clear()  # the GCS processes running now, not at an earlier call
+    if recorded and recorded in services.find_gcs_addresses():
+        return recorded, RAY_START
+    return None, ""
+
+
+def attached_description(address: str, how: str) -> str:
+    """How the run and the plan name the cluster ``cluster_address`` chose to attach to (it starts with "Ray
+    cluster": ``RunPlan.missing_resources`` then counts its CPUs)."""
+    if how == RAY_START:
+        return (f"Ray cluster at {address}, already running on this machine (started by `ray start`; "
+                f"{LOCAL_ASKED} starts a separate one)")
+    return f"Ray cluster at {address}"
+
+
+def join_like_ray_init() -> None:
+    """Token authentication for this driver as a bare ``ray.init()`` sets it up to join the cluster ``ray start``
+    recorded: on when RAY_AUTH_MODE is unset and a token exists (``~/.ray/auth_token``, RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH), the very condition under which ``ray start --head`` turned it on for the cluster. An
+    explicit address would skip this (Ray 2.60), and the cluster would refuse the driver."""
+    try:
+        from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+    except ImportError:  # a Ray without token authentication
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def dial_problem(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why the GCS at ``address`` (``host:port``) does not take a connection from this process; None when it does
+    or when ``address`` is no ``host:port`` (``auto``, ``ray://...``). Asked before ``ray.init``, which retries an
+    address where nothing answers for minutes. Ray dials a loopback address at this machine's IP unless
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, so a cluster bound to loopback only is named as such."""
+    from ray._private import services
+
+    if "://" in address or ":" not in address:
+        return None
+    try:
+        dialled = services.canonicalize_bootstrap_address(address)
+        host, port = dialled.rsplit(":", 1)
+        port_number = int(port)
+    except ValueError:  # not an address Ray parses: ray.init says why
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), port_number), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        why = f"nothing answers at {dialled}: {exc.strerror or exc}"
+    if dialled != address:
+        why += (f"; it binds loopback only, and Ray dials {dialled} unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 "
+                "is set for launch.py too")
+    return why
+
+
+def cannot_attach(address: str, how: str, why: str) -> str:
+    """The error of a cluster that cannot be attached to: which, why, and the ways out."""
+    if how == RAY_START:
+        return (f"cannot attach to the Ray cluster that `ray start` runs on this machine at {address}: {why}. "
+                f"Stop it with `ray stop`, or run beside it on a separate local cluster: "
+                f"{LOCAL_ASKED} python launch.py ...")
+    return (f"cannot attach to the Ray cluster at {address} that RAY_ADDRESS names: {why}. Check the address, or "
+            f"unset RAY_ADDRESS (or set {LOCAL_ASKED}) to run on a local cluster")
+
+
+def attach(address: str, how: str, **init_kwargs: Any) -> Any:
+    """``ray.init`` on the cluster ``cluster_address`` chose (``how``), returning its context; raises
+    ``ClusterConnectError`` (``cannot_attach``) instead of Ray's own errors. The cluster ``ray start`` runs here is
+    joined as a bare ``ray.init()`` joins it (``join_like_ray_init``); a ``host:port`` first gets a quick check that
+    it answers (``dial_problem``)."""
+    if how == RAY_START:
+        join_like_ray_init()
+    problem = dial_problem(address)
+    if problem:
+        raise ClusterConnectError(cannot_attach(address, how, problem))
+    try:
+        return ray.init(address=address, **init_kwargs)
+    except Exception as exc:  # noqa: BLE001  (ConnectionError, a refused token, ...: one line instead of a traceback)
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if not token_auth_enabled():
+            why += ("; if the cluster uses token authentication, set RAY_AUTH_MODE=token with its token in "
+                    "~/.ray/auth_token (`ray get-auth-token` on its head prints it)")
+        raise ClusterConnectError(cannot_attach(address, how, why)) from exc
+
+
 def connect(num_cpus_needed: float, log_dir: Path | None = None, forward_output: bool | None = None,
             dashboard: bool = True) -> Connection:
-    """Attach to ``RAY_ADDRESS`` (set by ``ray job submit``) or start a local loopback-only cluster.
+    """Attach to the cluster ``cluster_address`` names (``RAY_ADDRESS``, as ``ray job submit`` sets it, else the
+    one ``ray start`` runs on this machine), or start a local loopback-only cluster (always with ``RAY_ADDRESS=local``).
+    Raises ``ClusterConnectError`` where the cluster to attach to cannot be reached.
 
     ``log_dir``: the actors write their output to ``log_dir/<actor>.log`` and Ray forwards none of it to this
     terminal; None keeps Ray's forwarding (``forward_output`` overrides either way). ``dashboard``: whether a
@@ -165,16 +280,17 @@ def connect(num_cpus_needed: float, log_dir: Path | None = None, forward_output:
     runtime_env = {"env_vars": env} if env else None
     if not forward:  # our dashboard lines replace Ray's announcement of token authentication
         logging.getLogger(AUTH_SETUP_LOGGER).setLevel(logging.ERROR)
-    address = os.environ.get("RAY_ADDRESS")
+    address, how = cluster_address()
     if address:
-        context = ray.init(address=address, namespace=NAMESPACE, logging_level="WARNING", log_to_driver=forward,
-                           runtime_env=runtime_env)
-        return Connection(f"Ray cluster at {address}",
+        context = attach(address, how, namespace=NAMESPACE, logging_level="WARNING", log_to_driver=forward,
+                         runtime_env=runtime_env)
+        return Connection(attached_description(address, how),
                           dashboard_lines(context.dashboard_url, token_auth_enabled(), remote=True))
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # every listener on 127.0.0.1
     cpus = max(float(os.cpu_count() or 1), num_cpus_needed)
     missing = dashboard_missing()
     context = ray.init(
+        address="local",  # a new cluster, whatever RAY_ADDRESS or a stale record of `ray start` say
         namespace=NAMESPACE,
         num_cpus=int(cpus + 0.999),
         include_dashboard=dashboard and missing is None,  # True without its dependencies would stop ray.init
@@ -184,7 +300,7 @@ def connect(num_cpus_needed: float, log_dir: Path | None = None, forward_output:
         runtime_env=runtime_env,
     )
     url = context.dashboard_url if dashboard and missing is None else None
-    return Connection(f"a local Ray cluster ({cpus:g} CPUs)",
+    return Connection(f"a local Ray cluster ({cpus:g} CPUs{'; ' + how if how else ''})",
                       dashboard_lines(url, token_auth_enabled(), remote=False, missing=missing, off=not dashboard))
 
 

@@ -26,10 +26,13 @@ no dashboard process (~3 s of each launch on two cores; the shared short run kee
 
 
 def launch_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a `launch.py` subprocess: Ray on loopback, a local cluster of its own (no RAY_ADDRESS)."""
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **(extra or {})}
-    env.pop("RAY_ADDRESS", None)
-    return env
+    """The environment of a `launch.py` subprocess: Ray on loopback, a local cluster of its own (``RAY_ADDRESS=local``).
+
+    Without RAY_ADDRESS, `launch.py` attaches to a cluster that `ray start` runs on this machine (recorded under
+    ``$TMPDIR/ray``; ``actors.cluster.cluster_address``), so a test's run would land on a user's cluster, share its
+    resources and fail or pass by what else runs there; ``RAY_ADDRESS=local`` always starts a separate one
+    (``extra`` may still name another address)."""
+    return {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_ADDRESS": "local", **(extra or {})}
 
 
 def launch(*args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
