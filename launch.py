@@ -48,6 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="validate, print the config, placement, memory plan and time plan, exit (1 if memory does not fit)")
     parser.add_argument("--cluster", metavar="[NODESx]GPUSxKIND",
                         help="with --dry-run: plan time for this cluster (e.g. 8xH100, 2x8xA100), present or not")
+    parser.add_argument("--all", action="store_true", dest="all_candidates",
+                        help="with --dry-run: list every way to run the described cluster (default: the fastest few)")
     parser.add_argument("--from-run", type=Path, metavar="RUN_DIR",
                         help="with --dry-run: plan time with the lengths RUN_DIR recorded, beside its measured phases")
     loudness = parser.add_mutually_exclusive_group()
@@ -162,7 +164,7 @@ def run_records(run_dir: Path) -> tuple[list[dict], list[dict]]:
     return run.read_metrics(), run.read_events()
 
 
-def dry_run(config: Config, cluster: str | None = None, from_run: Path | None = None) -> int:
+def dry_run(config: Config, cluster: str | None = None, from_run: Path | None = None, show_all: bool = False) -> int:
     print("# resolved configuration")
     print(dump_config(config))
     rows, events, lengths = [], [], None
@@ -189,19 +191,20 @@ def dry_run(config: Config, cluster: str | None = None, from_run: Path | None = 
         return 0
     print(memory.render())
     print(memory.verdict())
-    timed = print_time(run_plan, rows, events)
+    timed = print_time(run_plan, rows, events, show_all)
     return timed if memory.fits else 1
 
 
-def print_time(run_plan: RunPlan, rows: list[dict], events: list[dict]) -> int:
-    """The time plan, a run's measured phases beside it (``--from-run``), and the closing ``time:`` line; 1 when the
-    configured layout cannot be the described cluster's."""
+def print_time(run_plan: RunPlan, rows: list[dict], events: list[dict], show_all: bool = False) -> int:
+    """The time plan and the ranking of the ways to run the cluster (``show_all``: every one), a run's measured phases
+    beside it (``--from-run``), and the closing ``time:`` line; 1 when the configured layout cannot be the described
+    cluster's."""
     choice = run_plan.time
     if choice is None:
         print(f"\ntime: not planned: {run_plan.time_problem}")
         return 2 if run_plan.time_input_error else 0
     print()
-    print(choice.render())
+    print(choice.render(show_all))
     if rows:
         measured = measured_phase_seconds(rows[1:] or rows, events)
         print(f"# measured in the run (mean of {len(rows[1:] or rows)} steps): "
@@ -232,9 +235,9 @@ def main(argv: list[str] | None = None) -> int:
 def run_or_plan(args: argparse.Namespace, config: Config) -> int:
     """``main`` past the config: the dry run, or the plan's checks and the run."""
     if args.dry_run:
-        return dry_run(config, args.cluster, args.from_run)
-    if args.cluster or args.from_run:
-        print("error: --cluster and --from-run plan without running; add --dry-run", file=sys.stderr)
+        return dry_run(config, args.cluster, args.from_run, args.all_candidates)
+    if args.cluster or args.from_run or args.all_candidates:
+        print("error: --cluster, --from-run and --all plan without running; add --dry-run", file=sys.stderr)
         return 2
     run_plan = plan(config)
     memory = run_plan.memory

@@ -11,8 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def launch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("RAY_ADDRESS", None)
+    full_env = {**os.environ, "RAY_ADDRESS": "local", **(env or {})}  # never a cluster running on the machine
     return subprocess.run(
         [sys.executable, "launch.py", *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120
     )

@@ -168,7 +168,7 @@ def launch(capsys, monkeypatch):
     from pathlib import Path
     from types import SimpleNamespace
 
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_ADDRESS", "local")  # this machine, never a cluster running on it
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
     import launch as launcher
@@ -203,26 +203,46 @@ def test_dry_run_plans_the_described_node_and_recommends_a_layout(launch, qwen7b
     out = launch(*qwen7b)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
-    assert re.fullmatch(r"time: step ~\d+ s, GPU busy \d+% \(inference \d+%, learners \d+%\), limited by \w+; "
-                        r"recommended: 4\+4 \(this layout\)", lines[-1]), lines[-1]  # the preset follows the plan
-    old = launch(*qwen7b, "resources.inference_gpus=6", "resources.learner_gpus=2")  # the earlier preset's split
-    assert re.fullmatch(r"time: step ~\d+ s, GPU busy \d+% \(inference \d+%, learners \d+%\), limited by \w+; "
-                        r"recommended: 4\+4 \(~\d+ s, \d+% busy\)", old.stdout.strip().splitlines()[-1])
-    table = out.stdout.split("# layouts of 8xH100")[1]
-    assert all(f"\n{i}+{8 - i} " in table for i in range(1, 8)) and "colocated 8 GPUs" in table
-    colocated = table.split("colocated 8 GPUs")[1].splitlines()[0]  # the preset's engine budget leaves the learners no room
+    assert re.fullmatch(r"time: step ~\d+ s overlapped \(\d+ s serial\), GPU busy \d+% \(inference \d+%, learners \d+%\), "
+                        r"limited by \w+; recommended: 5\+3 overlapped, data parallel \(this configuration\)",
+                        lines[-1]), lines[-1]  # the preset follows the plan
+    busy = int(re.search(r"GPU busy (\d+)%", lines[-1]).group(1))
+    assert busy >= 80, lines[-1]  # the goal of the ranking (issue 42)
+    old = launch(*qwen7b, "resources.inference_gpus=6", "resources.learner_gpus=2", "run.max_staleness=0",
+                 "rl.data_parallel=false")  # the earlier preset's split, serial
+    last = old.stdout.strip().splitlines()[-1]
+    found = re.fullmatch(r"time: step ~(\d+) s, GPU busy \d+% \(inference \d+%, learners \d+%\), limited by \w+; "
+                         r"recommended: 5\+3 overlapped, data parallel \(~(\d+) s, \d+% busy, (\d\.\d\d)x the steps per hour\): "
+                         r"resources.inference_gpus=5 resources.learner_gpus=3 resources.colocated=false "
+                         r"run.max_staleness=1 rl.data_parallel=true", last)
+    assert found, last
+    assert float(found.group(3)) >= 1.8 and int(found.group(1)) / int(found.group(2)) >= 1.8  # 6+2 serial -> the pick
+    table = out.stdout.split("# ways to run 8xH100")[1]
+    shown = [line for line in table.splitlines()[1:] if line[:1] in " *" and " step " in line]
+    assert len(shown) == 5 and shown[0].startswith("*5+3 overlapped, data parallel ")  # the best 5, this one first
+    assert "python launch.py --dry-run --all lists them" in table
+    every = launch(*qwen7b, "--all").stdout.split("# ways to run 8xH100")[1]
+    for i in range(1, 8):
+        for mode in ("serial", "overlapped"):
+            assert f" {i}+{8 - i} {mode} " in every, (i, mode)
+    assert re.search(r"^ 1\+7 serial, data parallel .* runs$", every, re.M)
+    assert re.search(r"^ 7\+1 serial, data parallel .* not runnable: data parallel needs 2 or more learner GPUs$",
+                     every, re.M)
+    colocated = every.split("colocated 8 GPUs serial ")[1].splitlines()[0]  # the preset's engine budget leaves no room
     assert "memory: does not fit" in colocated and "gpu_memory_utilization to at most" in colocated
+    overlapped_colocated = every.split("colocated 8 GPUs overlapped ")[1].splitlines()[0]
+    assert "not runnable: overlap needs engines and learners on separate GPUs" in overlapped_colocated
     for phase in ("propose", "validate", "solve", "judge", "train", "handover", "league", "evolve", "checkpoint"):
         assert re.search(rf"^{phase}\s+\w+\s+\d+\.\d\d", out.stdout, re.M), phase
-    two = launch(*qwen7b, "--cluster", "2x8xH100")
-    assert two.returncode == 0 and "# layouts of 2x8xH100" in two.stdout and "\n8+8 " in two.stdout
-    assert re.search(r"^8\+8 .* runs$", two.stdout, re.M), "a layout wider than one node runs across the nodes"
+    two = launch(*qwen7b, "--cluster", "2x8xH100", "--all")
+    assert two.returncode == 0 and "# ways to run 2x8xH100" in two.stdout and " 8+8 serial " in two.stdout
+    assert re.search(r"^[ *]8\+8 serial .* runs$", two.stdout, re.M), "a layout wider than one node runs across the nodes"
 
 
 def test_dry_run_refuses_a_layout_larger_than_the_described_node_and_bad_clusters(launch, qwen7b):
     small = launch(*qwen7b, "--cluster", "4xH100")
     assert small.returncode == 1
-    assert small.stdout.strip().splitlines()[-1].startswith("time: does not fit: layout 4+4 needs 8 GPUs; the described "
+    assert small.stdout.strip().splitlines()[-1].startswith("time: does not fit: layout 5+3 needs 8 GPUs; the described "
                                                           "cluster 4xH100 has 4")
     bad = launch(*qwen7b, "--cluster", "eight")
     assert bad.returncode == 2 and "--cluster 'eight'" in bad.stdout
