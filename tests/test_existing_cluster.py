@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 
+from private_heads import free_ports, stop_processes_under
 from short_runs import ROOT, SHORT
 
 from reporting.run_dir import RunDirectory
@@ -29,40 +28,6 @@ from reporting.run_dir import RunDirectory
 class Head:
     address: str  # as `ray start` recorded it in TMPDIR/ray/ray_current_cluster
     env: dict[str, str]  # the environment it was started with: its private TMPDIR, loopback, no RAY_ADDRESS
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def stop_processes_under(tmpdir: str) -> None:
-    """End the processes started with TMPDIR=``tmpdir`` (the head's; a run's local cluster) and their children."""
-    procs: dict[int, psutil.Process] = {}
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid != os.getpid() and proc.environ().get("TMPDIR") == tmpdir:
-                procs[proc.pid] = proc
-                procs.update((child.pid, child) for child in proc.children(recursive=True))
-        except psutil.Error:
-            pass
-    for proc in procs.values():
-        try:
-            proc.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(list(procs.values()), timeout=3)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
 
 
 def gcs_running(address: str) -> bool:
