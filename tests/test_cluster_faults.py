@@ -16,18 +16,16 @@ equal to a fault-free run's.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import ray
-from ray.cluster_utils import Cluster
 
-from short_runs import SHORT
+from short_runs import SHORT, run_state
+from standin_cluster import standin_cluster
 
-from actors.cluster import GPU_STANDIN_ENV, NAMESPACE
 from configs import load_config
 from reporting.run_dir import RunDirectory
 
@@ -44,22 +42,8 @@ def cluster():
     from tinycoder import ensure_model
 
     ensure_model("test", progress=False)
-    saved = os.environ.get(GPU_STANDIN_ENV)
-    os.environ[GPU_STANDIN_ENV] = "1"  # the raylets started below, and so every worker, inherit it
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 4, "num_gpus": 0, "include_dashboard": False})
-    for _ in range(2):
-        cluster.add_node(**GPU_NODE)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, namespace=NAMESPACE, logging_level="WARNING")
-    try:
+    with standin_cluster({"num_cpus": 4, "num_gpus": 0}, (GPU_NODE, GPU_NODE)) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop(GPU_STANDIN_ENV, None)
-        else:
-            os.environ[GPU_STANDIN_ENV] = saved
 
 
 def node_of(name: str) -> str | None:
@@ -72,15 +56,6 @@ def node_of(name: str) -> str | None:
 
 def config_for(run_dir: Path, *extra: str):
     return load_config(None, [*OVERRIDES, f"run.run_dir={run_dir}", *extra])
-
-
-def final_state(run_dir: Path) -> tuple[dict, dict[str, bytes], list[dict]]:
-    checkpoint = run_dir / "checkpoints" / f"step-{STEPS}"
-    league = json.loads((checkpoint / "league.json").read_text())
-    adapters = {p.relative_to(checkpoint).as_posix(): p.read_bytes()
-                for p in sorted((checkpoint / "learners").rglob("adapter_model.safetensors"))}
-    rows = [{k: v for k, v in r.items() if k != "phase_seconds"} for r in RunDirectory(run_dir).read_metrics()]
-    return league, adapters, rows
 
 
 def test_a_lost_node_is_waited_for_then_the_run_stops_cleanly_and_resumes_equal(cluster, tmp_path, capfd):
@@ -159,8 +134,8 @@ def test_a_lost_node_is_waited_for_then_the_run_stops_cleanly_and_resumes_equal(
     cluster.wait_for_nodes()
     restored = int(checkpoint.name.split("-")[1])
     assert train(config_for(run_dir, f"run.steps={STEPS - restored}"), resume=True, output="quiet") == 0
-    league, adapters, rows = final_state(run_dir)
-    ref_league, ref_adapters, ref_rows = final_state(reference)
+    league, adapters, rows = run_state(run_dir, STEPS)
+    ref_league, ref_adapters, ref_rows = run_state(reference, STEPS)
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
     assert rows == ref_rows
     assert league == ref_league

@@ -23,8 +23,9 @@ from ray.cluster_utils import Cluster
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from short_runs import SHORT
+from standin_cluster import standin_cluster
 
-from actors.cluster import (GPU_STANDIN_ENV, NAMESPACE, SharedPathError, actor_options, check_shared_paths,
+from actors.cluster import (NAMESPACE, SharedPathError, actor_options, check_shared_paths,
                             reserve_gpus)
 from configs import PRESETS_DIR, load_config
 from planning.placement import ClusterView, PlacementPlan, plan_placement
@@ -34,20 +35,9 @@ NODE = {"num_cpus": 4, "num_gpus": 2}  # logical: the machine has 2 cores and no
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A one-node cluster (2 logical GPUs) whose nodes start in the stand-in mode; ``two_nodes`` adds the second."""
-    saved = os.environ.get(GPU_STANDIN_ENV)
-    os.environ[GPU_STANDIN_ENV] = "1"  # the raylets started below, and so every worker, inherit it
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
-    ray.init(address=cluster.address, namespace=NAMESPACE)
-    try:
+    """A one-node cluster (2 logical GPUs) in the stand-in mode; ``two_nodes`` adds the second."""
+    with standin_cluster(NODE) as cluster:
         yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if saved is None:
-            os.environ.pop(GPU_STANDIN_ENV, None)
-        else:
-            os.environ[GPU_STANDIN_ENV] = saved
 
 
 def two_nodes(cluster: Cluster) -> list[str]:

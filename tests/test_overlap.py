@@ -21,7 +21,7 @@ from actors.cluster import NAMESPACE
 from actors.loop import drains_after
 from configs import load_config
 from reporting.run_dir import RunDirectory
-from short_runs import SHORT
+from short_runs import SHORT, run_state
 
 OVERLAP = ["rl.importance_correction=tis", "run.max_staleness=1", "resources.inference_cpus=1", "resources.learner_cpus=1"]
 # 4 steps, checkpoints after 2 and 4, evolution at 4: boundaries 1->2 and 3->4 overlap, 2->3 drains.
@@ -64,14 +64,6 @@ def ray_session():
     ray.shutdown()
 
 
-def state(run_dir: Path) -> tuple[dict, dict[str, bytes], list[dict]]:
-    checkpoint = run_dir / "checkpoints" / "step-4"
-    adapters = {p.relative_to(checkpoint).as_posix(): p.read_bytes()
-                for p in sorted((checkpoint / "learners").rglob("adapter_model.safetensors"))}
-    rows = [{k: v for k, v in r.items() if k != "phase_seconds"} for r in RunDirectory(run_dir).read_metrics()]
-    return json.loads((checkpoint / "league.json").read_text()), adapters, rows
-
-
 def kill_after(run_dir: Path, step: int, actor: str, killed: list[int], done: threading.Event) -> None:
     """SIGKILL ``actor``'s process once step ``step``'s row is written (the next step's rollouts are then in flight)."""
     metrics = run_dir / "metrics.jsonl"
@@ -91,7 +83,7 @@ def test_overlapped_run_resumes_and_recovers_exactly(ray_session, tmp_path):
 
     reference_dir = tmp_path / "reference"
     assert train(load_config(None, RUN + [f"run.run_dir={reference_dir}"]), output="quiet") == 0
-    league, adapters, rows = state(reference_dir)
+    league, adapters, rows = run_state(reference_dir, 4)
     assert [r["staleness"] for r in rows] == [0, 1, 0, 1]
     for row in rows:  # the learners' stats say how many updates lay between generating and training adapters
         behind = {m: s["behind"] for m, s in row["train"].items() if "behind" in s}
@@ -104,7 +96,7 @@ def test_overlapped_run_resumes_and_recovers_exactly(ray_session, tmp_path):
     shutil.copytree(reference_dir, resumed_dir)
     (resumed_dir / "checkpoints" / "latest").write_text("step-2")
     assert train(load_config(None, RUN + [f"run.run_dir={resumed_dir}", "run.steps=2"]), resume=True, output="quiet") == 0
-    assert state(resumed_dir) == (league, adapters, rows)
+    assert run_state(resumed_dir, 4) == (league, adapters, rows)
 
     recovered_dir = tmp_path / "recovered"  # the student learner dies in step 4, step 4's rollouts in flight
     killed: list[int] = []
@@ -119,7 +111,7 @@ def test_overlapped_run_resumes_and_recovers_exactly(ray_session, tmp_path):
     assert killed, "the learner was never killed"
     events = RunDirectory(recovered_dir).read_events("recovery")
     assert len(events) == 1 and events[0]["restored_step"] == 2, events
-    assert state(recovered_dir) == (league, adapters, rows)
+    assert run_state(recovered_dir, 4) == (league, adapters, rows)
 
 
 def test_a_recovery_names_only_the_actor_that_died_while_the_learners_are_busy(ray_session, tmp_path):

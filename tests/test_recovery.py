@@ -28,7 +28,7 @@ from checkpoints import CheckpointWriteError
 from reporting.run_dir import RunDirectory
 from configs import load_config
 
-from short_runs import ROOT, launch_env
+from short_runs import ROOT, launch_env, run_state
 from short_runs import SHORT as BASE_SHORT
 
 STEPS = 6
@@ -134,15 +134,6 @@ def run_in_process(run_dir: Path, kills: list[tuple[int, str, bool]] = (), max_r
     return code, seen | set(killed)
 
 
-def final_state(run_dir: Path) -> tuple[dict, dict[str, bytes], list[dict]]:
-    checkpoint = run_dir / "checkpoints" / f"step-{STEPS}"
-    league = json.loads((checkpoint / "league.json").read_text())
-    adapters = {p.relative_to(checkpoint).as_posix(): p.read_bytes()
-                for p in sorted((checkpoint / "learners").rglob("adapter_model.safetensors"))}
-    rows = [{k: v for k, v in r.items() if k != "phase_seconds"} for r in RunDirectory(run_dir).read_metrics()]
-    return league, adapters, rows
-
-
 def wait_gone(pids: set[int], before: set[str]) -> None:
     """Every actor process of the run has exited and nothing of ours was left in /dev/shm."""
     deadline = time.monotonic() + 30
@@ -157,7 +148,7 @@ def reference(ray_session, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("reference") / "run"
     code, _ = run_in_process(run_dir)
     assert code == 0
-    return final_state(run_dir)
+    return run_state(run_dir, STEPS)
 
 
 # One run kills each kind in turn (a run per kind cost ~35 s each of CI), the student learner last, and then its
@@ -189,7 +180,7 @@ def test_each_actor_kind_killed_mid_run_is_recovered_and_nothing_is_lost(referen
     assert all(f"recovered ({i} of at most 5)" in err for i in (1, 2, 3, 5)), err[-3000:]
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "finished" and status["recoveries"] == 5 and status["last_step"] == STEPS
-    league, adapters, rows = final_state(run_dir)
+    league, adapters, rows = run_state(run_dir, STEPS)
     assert league == reference[0]
     assert adapters == reference[1]
     assert rows == reference[2]
