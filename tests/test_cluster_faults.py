@@ -16,6 +16,7 @@ equal to a fault-free run's.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -39,11 +40,20 @@ CLASSES = {"LearnerActor", "InferenceActor", "LeagueActor", "VerifierActor"}
 
 @pytest.fixture(scope="module")
 def cluster():
+    """The cluster; at the end, what the lost nodes' engines left in /dev/shm is removed (a lost machine takes its
+    /dev/shm with it; these nodes share this machine's)."""
     from tinycoder import ensure_model
 
     ensure_model("test", progress=False)
-    with standin_cluster({"num_cpus": 4, "num_gpus": 0}, (GPU_NODE, GPU_NODE)) as cluster:
-        yield cluster
+    shm = Path("/dev/shm")
+    before = set(shm.iterdir()) if shm.is_dir() else set()
+    try:
+        with standin_cluster({"num_cpus": 4, "num_gpus": 0}, (GPU_NODE, GPU_NODE)) as cluster:
+            yield cluster
+    finally:
+        for path in (set(shm.iterdir()) - before if shm.is_dir() else ()):
+            if path.name.startswith("populora-adapters-") or path.name.startswith("populora-incoming-"):
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def node_of(name: str) -> str | None:
