@@ -103,14 +103,15 @@ def test_ray_job_submit_runs_a_short_job_with_token_auth(tiny_model, tmp_path):
     # stopped alone at the end by its --temp-dir (never `ray stop`, which stops every Ray process on the machine)
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
-    port, dash = free_ports(2)
+    port, dash, agent = free_ports(3)  # the agent's default port may be another cluster's on this machine
     start = subprocess.run([ray_cmd, "start", "--head", f"--port={port}", f"--dashboard-port={dash}",
-                            "--dashboard-host=127.0.0.1", "--num-cpus=2", f"--temp-dir={temp}"],
+                            "--dashboard-host=127.0.0.1", f"--dashboard-agent-listen-port={agent}", "--num-cpus=2",
+                            f"--temp-dir={temp}"],
                            env=env, capture_output=True, text=True, timeout=120)
     assert start.returncode == 0, start.stderr
     try:
         run_dir = tmp_path / "job-run"
-        for _ in range(12):  # the head's dashboard agent may take a while to register on a busy machine
+        for _ in range(12):  # the head's dashboard agent takes a while to register on a busy machine
             job = subprocess.run(
                 [ray_cmd, "job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
                  "--runtime-env-json", json.dumps({"env_vars": {"XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))}}),
