@@ -52,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="with --dry-run: list every way to run the described cluster (default: the fastest few)")
     parser.add_argument("--from-run", type=Path, metavar="RUN_DIR",
                         help="with --dry-run: plan time with the lengths RUN_DIR recorded, beside its measured phases")
+    parser.add_argument("--constants", type=Path, metavar="FILE",
+                        help="plan time with the constants bench/calibrate.py measured on a node (plan.constants_file)")
     loudness = parser.add_mutually_exclusive_group()
     loudness.add_argument("--quiet", action="store_true",
                           help="print only errors and the final summary (no progress bar, step lines or dashboard lines)")
@@ -67,6 +69,8 @@ def resolve_config(args: argparse.Namespace) -> Config:
     overrides = list(args.overrides)
     if args.steps is not None:
         overrides.append(f"run.steps={args.steps}")
+    if args.constants is not None:
+        overrides.append(f"plan.constants_file={args.constants}")
     if args.resume is not None:
         if args.config is not None:
             raise ConfigError("--resume continues a run with its saved config; drop --config (overrides still apply)")
@@ -204,6 +208,8 @@ def print_time(run_plan: RunPlan, rows: list[dict], events: list[dict], show_all
         print(f"\ntime: not planned: {run_plan.time_problem}")
         return 2 if run_plan.time_input_error else 0
     print()
+    for line in run_plan.constants_lines:
+        print(line)
     print(choice.render(show_all))
     if rows:
         measured = measured_phase_seconds(rows[1:] or rows, events)

@@ -24,17 +24,22 @@
      ``overlap_vs_serial_run``.
    The two runs sample different rollouts after step 1 (one update behind), so their workloads differ a
    little: ``trained_tokens`` of each window is printed beside its seconds.
-4. Plan the same with ``planning.time_plan`` (the CPU constants committed there, the lengths the serial run
-   recorded, the learners sharing one core when pinned) and its overlap formula ``max(G, T) + f min(G, T) + R``:
+4. Plan the same with ``planning.time_plan`` (the constants ``bench/calibrate.py`` measured on this machine first,
+   in a child process with the runs' settings, before either run: ``--constants FILE`` uses a file measured
+   earlier, ``--calibrate-options "..."`` shrinks it; the lengths the serial run recorded; the learners sharing
+   one core when pinned) and its overlap formula ``max(G, T) + f min(G, T) + R``:
    its predictions (``plan_overlap_vs_serial`` at f = 0, ``plan_overlap_vs_serial_run`` at f = 1 / (N-1),
    ``plan_overlap_bound``) are printed beside the measurement.
 
 ``overlap_vs_serial`` = steps per hour overlapped / serial (steady state); ``overlap_bound`` = 1 + min/max of
 the serial run's mean generation (match, propose, validate, solve, judge, record) and train seconds over its
-steady steps: the most overlap can give. Goal: ``(overlap_vs_serial - 1) >= 0.7 (overlap_bound - 1)``. The
-last stdout line is one JSON object.
+steady steps: the most overlap can give. Goal: ``(overlap_vs_serial - 1) >= 0.7 (overlap_bound - 1)``. Planned /
+measured seconds per phase are printed for both runs (``plan_vs_measured_serial``, ``plan_vs_measured_overlapped``:
+the overlapped run's phases, each measured where it ran, beside the same plan). The last stdout line is one JSON
+object, with the calibration's constants under ``calibration``.
 
-    flock /tmp/heavy.lock python bench/overlap.py [--steps 12] [--no-pin] [--keep DIR] [dotted.key=value ...]
+    flock /tmp/heavy.lock python bench/overlap.py [--steps 12] [--no-pin] [--keep DIR] [--constants FILE]
+        [--calibrate-options "..."] [dotted.key=value ...]
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.time_plan import compare, fold  # noqa: E402
+from bench.calibrate import calibrated  # noqa: E402
+from bench.time_plan import compare, fold, render_comparison  # noqa: E402
 from configs import PRESETS_DIR, load_config  # noqa: E402
 from planning.memory_plan import load_model_dims  # noqa: E402
 from planning.time_plan import (  # noqa: E402
@@ -176,6 +182,8 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep both run directories under DIR (default: temporary)")
     parser.add_argument("--from-runs", type=Path, help="measure the runs a --keep DIR holds instead of running them "
                         "(give the same --steps, pinning and settings)")
+    parser.add_argument("--constants", type=Path, help="plan with this constants file instead of calibrating now")
+    parser.add_argument("--calibrate-options", help='options of bench/calibrate.py, e.g. "--repeats 1 --rows 8"')
     parser.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="settings of both runs")
     args = parser.parse_args()
     if args.steps < 4:
@@ -185,7 +193,10 @@ def main() -> None:
         parser.error("pinning needs two cores (one for the engine, one for the learners); use --no-pin")
     common = settings(args.steps, args.overrides)
     results, pids = {}, {}
+    config = load_config(PRESETS_DIR / "tiny.yaml", common + ["run.max_staleness=1"])
     with tempfile.TemporaryDirectory() as tmp:
+        kinds, host, calibration = calibrated(Path(tmp) / "node.yaml", common, args.calibrate_options, args.constants,
+                                              config)
         base = args.from_runs or args.keep or Path(tmp)
         for name, staleness in (("serial", 0), ("overlapped", 1)):
             if args.from_runs:
@@ -199,14 +210,15 @@ def main() -> None:
     bound = Overlap.of(serial["phases"], 0.0).bound
     ratio = {k: serial[k]["seconds"] / overlapped[k]["seconds"] for k in ("steady", "run")}
 
-    config = load_config(PRESETS_DIR / "tiny.yaml", common + ["run.max_staleness=1"])
     n = args.steps - 1
     plan = plan_time(config, load_model_dims(config), Layout(0, 0), Cluster(1, 0, "cpu"),
-                     lengths_from_run(results["serial"], "the serial run"), checkpointing=False,
+                     lengths_from_run(results["serial"], "the serial run"), kinds, host, checkpointing=False,
                      learner_cores=1 if pin else None)
     steady, run = plan.overlap(0.0), plan.overlap(drained_steps(config, n) / n)
-    per_phase = compare({p.name: p.seconds for p in plan.phases}, measured_phase_seconds(results["serial"][:-1]))
+    planned = {p.name: p.seconds for p in plan.phases}
+    per_phase = {name: compare(planned, measured_phase_seconds(results[name][:-1])) for name in ("serial", "overlapped")}
     print(plan.render(), file=sys.stderr)
+    print(render_comparison(per_phase), file=sys.stderr)
     print(json.dumps({
         "steps": args.steps, "settings": common, "pinned": pids if pin else None,
         "serial": serial, "overlapped": overlapped,
@@ -216,7 +228,8 @@ def main() -> None:
         "goal_met": ratio["steady"] - 1 >= GOAL_SHARE * (bound - 1),
         "overlap_vs_serial_run": round(ratio["run"], 4), "plan_overlap_vs_serial_run": round(run.speedup, 4),
         "share_of_possible_gain_run": round((ratio["run"] - 1) / (bound - 1), 4) if bound > 1 else None,
-        "plan": run.to_dict(), "plan_vs_measured_serial": per_phase,
+        "plan": run.to_dict(), "plan_vs_measured_serial": per_phase["serial"],
+        "plan_vs_measured_overlapped": per_phase["overlapped"], "calibration": calibration,
     }))
 
 if __name__ == "__main__":

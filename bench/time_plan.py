@@ -1,17 +1,20 @@
-"""Check the time plan against a real run: plan the tiny default on this CPU, run it, compare phase by phase.
+"""Check the time plan against a real run: calibrate this CPU, plan the tiny default, run it, compare phase by phase.
 
+0. Calibrate (``bench/calibrate.py``, in a child process, its own measurements before the run; ``--constants
+   FILE`` uses a file measured earlier instead, ``--calibrate-options "--repeats 1 ..."`` shrinks it).
 1. Run the embedded default (``configs/tiny.yaml``, the real system on a local Ray cluster) for ``--steps``
    steps into a temporary run directory (``launch.py --run-dir``).
-2. Plan it with ``planning.time_plan`` from the CPU constants committed in ``planning/time_constants.py``
-   (measured beforehand by ``bench/time_constants.py``, not from this run) and the lengths the run recorded
-   (its token counts per role and valid rate: the workload, not the rates).
+2. Plan it with ``planning.time_plan`` from the calibrated constants (as ``launch.py --dry-run --constants``
+   takes them; the committed ones where the file has none) and the lengths the run recorded (its token counts
+   per role and valid rate: the workload, not the rates).
 3. Per phase: measured (mean over the steps after the first, whose start-up costs are not the plan's) and
    planned seconds and their ratio; ``match`` and ``record`` are the plan's ``league``.
 
 Goal: the step within 1.25x either way, every phase longer than 0.5 s within 1.5x. The last stdout line is
-one JSON object: ``phases`` (measured, planned, ratio), ``plan_vs_measured_step``, ``within_goal``.
+one JSON object: ``calibration`` (the file, its provenance and constants), ``phases`` (measured, planned, ratio),
+``plan_vs_measured_step``, ``within_goal``.
 
-    nice -n 10 python bench/time_plan.py [--steps 10] [--keep DIR]
+    nice -n 10 python bench/time_plan.py [--steps 10] [--keep DIR] [--constants FILE | --calibrate-options "..."]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from configs import PRESETS_DIR, load_config  # noqa: E402
+from bench.calibrate import calibrated  # noqa: E402
 from planning.memory_plan import load_model_dims  # noqa: E402
 from planning.time_plan import Cluster, Layout, lengths_from_run, measured_phase_seconds, plan_time  # noqa: E402
 from reporting.run_dir import RunDirectory  # noqa: E402
@@ -59,12 +63,32 @@ def compare(planned: dict[str, float], measured: dict[str, float]) -> dict:
             "within_goal": 1 / STEP_GOAL <= step_ratio <= STEP_GOAL and not slow}
 
 
+def render_comparison(runs: dict[str, dict]) -> str:
+    """Planned / measured seconds per phase of each run (``compare``'s results by run name), one table."""
+    names = sorted({n for r in runs.values() for n in r["phases"]})
+    lines = [f"{'phase':<12}" + "".join(f"{run + ' measured / planned / ratio':>42}" for run in runs)]
+    for n in names:
+        row = f"{n:<12}"
+        for r in runs.values():
+            v = r["phases"].get(n, {"measured_s": 0.0, "planned_s": 0.0, "plan_vs_measured": None})
+            ratio = f"{v['plan_vs_measured']:.2f}" if v["plan_vs_measured"] else "-"
+            row += f"{v['measured_s']:>22.2f} {v['planned_s']:>8.2f} {ratio:>10}"
+        lines.append(row)
+    lines.append(f"{'step':<12}" + "".join(f"{'plan / measured ' + str(r['plan_vs_measured_step']):>42}"
+                                            for r in runs.values()))
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--keep", type=Path, help="run directory to keep (default: a temporary one)")
+    parser.add_argument("--constants", type=Path, help="plan with this constants file instead of calibrating now")
+    parser.add_argument("--calibrate-options", help='options of bench/calibrate.py, e.g. "--repeats 1 --rows 8"')
     args = parser.parse_args()
+    config = load_config(PRESETS_DIR / "tiny.yaml")
     with tempfile.TemporaryDirectory() as tmp:
+        kinds, host, calibration = calibrated(Path(tmp) / "node.yaml", [], args.calibrate_options, args.constants, config)
         run_dir = args.keep or Path(tmp) / "run"
         env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
         proc = subprocess.run([sys.executable, "launch.py", "--run-dir", str(run_dir), "--steps", str(args.steps), "--quiet"],
@@ -75,12 +99,13 @@ def main() -> None:
         run = RunDirectory(run_dir)
         steps, events = run.read_metrics(), run.read_events()
     after_first = steps[1:] or steps
-    config = load_config(PRESETS_DIR / "tiny.yaml")
     lengths = lengths_from_run(after_first, "this run")
-    plan = plan_time(config, load_model_dims(config), Layout(0, 0), Cluster(1, 0, "cpu"), lengths, checkpointing=False)
+    plan = plan_time(config, load_model_dims(config), Layout(0, 0), Cluster(1, 0, "cpu"), lengths, kinds, host,
+                     checkpointing=False)
     result = compare({p.name: p.seconds for p in plan.phases}, measured_phase_seconds(after_first, events))
     print(plan.render(), file=sys.stderr)
-    print(json.dumps({"steps": len(after_first), "lengths": lengths.__dict__, **result}))
+    print(render_comparison({"serial": result}), file=sys.stderr)
+    print(json.dumps({"steps": len(after_first), "lengths": lengths.__dict__, "calibration": calibration, **result}))
 
 
 if __name__ == "__main__":

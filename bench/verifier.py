@@ -135,6 +135,16 @@ def baseline_task(task: tuple[str, str], bound: int, timeout_s: float) -> tuple[
     return first
 
 
+def timed_execute(verifier: Verifier, tasks: list[tuple[str, str]]) -> tuple[list, float]:
+    """Each task run twice (the determinism check) on a started ``verifier``, after a warm-up of 20: the results
+    and the wall seconds. Tasks per second per worker is the time plan's ``host.verifier_tasks_per_core_s``
+    (``bench/calibrate.py``)."""
+    verifier.execute_many(tasks[:20])  # warm the reader thread and caches
+    start = time.perf_counter()
+    results = verifier.execute_many(tasks)
+    return results, time.perf_counter() - start
+
+
 def cpu_used() -> float:
     """CPU seconds of this process and every reaped descendant (the server and its children)."""
     total = 0.0
@@ -209,10 +219,7 @@ def main() -> None:
     start = time.perf_counter()
     verifier = Verifier(timeout_s=args.timeout_s, workers=args.workers, max_output_chars=bound)
     startup_s = time.perf_counter() - start
-    verifier.execute_many(tasks[:20])  # warm the reader thread and caches
-    start = time.perf_counter()
-    ours = verifier.execute_many(tasks)
-    ours_s = time.perf_counter() - start
+    ours, ours_s = timed_execute(verifier, tasks)
     print(f"[bench] ours: {ours_s:.2f} s ({len(tasks) / ours_s:.0f} tasks/s)", file=sys.stderr)
     defences = verifier.defences()
     verifier.close()  # reaping the server adds its CPU time and its children's to RUSAGE_CHILDREN

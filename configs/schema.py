@@ -410,6 +410,12 @@ class PlanConfig(Section):
         description="Overrides of the time plan's constants, '<kind>.<name>' or 'host.<name>' (planning/time_constants.py), "
         "e.g. {'H100.train_mfu': 0.3} after measuring with bench/learner.py.",
     )
+    constants_file: str | None = Field(
+        None, min_length=1,
+        description="A node's measured constants (python bench/calibrate.py --out node.yaml; launch.py --constants): "
+        "those that describe this plan's device kind, model, engine and versions are used, the others ignored with "
+        "why; plan.constants still win.",
+    )
 
 
 class Config(Section):

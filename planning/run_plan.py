@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from configs.schema import Config
 from planning.memory_plan import GiB, HostView, MemoryPlan, PlanInputError, load_model_dims, plan_memory
 from planning.placement import ClusterView, PlacementPlan, plan_placement
+from planning.constants_file import ConstantsFileError, model_digest, node_constants, read_constants_file
 from planning.time_constants import DEVICE_KINDS, HOST, ConstantsError, with_overrides
 from planning.time_plan import (Cluster, ClusterError, Layout, LayoutChoice, Lengths, choose_layout, cluster_of,
                                 config_layout, lengths_from_config)
@@ -32,6 +33,7 @@ class RunPlan:
     time: LayoutChoice | None = None
     time_problem: str | None = None  # why there is no time plan, or why the layout cannot be the described cluster's
     time_input_error: bool = False  # the problem is bad input (--cluster, plan.constants), not a layout that is too big
+    constants_lines: list[str] = field(default_factory=list)  # plan.constants_file: its source, what was ignored and why
 
     def missing_resources(self) -> list[str]:
         """The resource lines ``view`` cannot meet (empty when it fits). A local cluster started here is given as
@@ -56,11 +58,12 @@ def gpu_capacity(config: Config, view: ClusterView) -> tuple[int, str]:
 
 
 def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | None = None,
-             lengths: Lengths | None = None) -> RunPlan:
+             lengths: Lengths | None = None, installed: dict[str, str | None] | None = None) -> RunPlan:
     """The placement of ``config`` checked against ``view``, its memory plan on ``host`` and ``view``'s GPUs
     (``memory_problem`` says why there is none: a ``PlanInputError``), and its time plan on the described
     cluster (``cluster``: ``--cluster`` text, else the config's ``plan`` block; ``lengths``: a run's, else the
-    config's)."""
+    config's; ``installed``: the torch/transformers/vllm versions ``plan.constants_file`` is checked against, default
+    those installed here)."""
     placement = plan_placement(config)
     fits, lines = placement.check(view)
     plan = RunPlan(placement=placement, view=view, resources_fit=fits, resource_lines=lines)
@@ -73,8 +76,17 @@ def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | N
         return plan
     try:
         described = cluster_of(config, cluster)
-        kinds, host_rates = with_overrides(DEVICE_KINDS, HOST, config.plan.constants)
-    except (ClusterError, ConstantsError) as exc:
+        kinds, host_rates = DEVICE_KINDS, HOST
+        if config.plan.constants_file:  # a node's measured constants; the config's own overrides win
+            node = read_constants_file(config.plan.constants_file)
+            vllm = config.inference.backend == "vllm" or (config.inference.backend == "auto" and described.gpus > 0)
+            applied = node_constants(node, kinds, host_rates, plan_kind=described.kind if described.gpus else "cpu",
+                                     digest=model_digest(dims, config.model.dtype), engine="vllm" if vllm else "hf",
+                                     installed=installed)
+            kinds, host_rates = applied.kinds, applied.host
+            plan.constants_lines = applied.lines(node)
+        kinds, host_rates = with_overrides(kinds, host_rates, config.plan.constants)
+    except (ClusterError, ConstantsError, ConstantsFileError) as exc:
         plan.time_problem, plan.time_input_error = str(exc), True
         return plan
     layout = config_layout(config)

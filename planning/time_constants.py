@@ -130,9 +130,10 @@ class ConstantsError(ValueError):
     """An override names no constant, or gives a value that is not a number."""
 
 
-def with_overrides(kinds: dict[str, DeviceKind], host: HostConstants, overrides: dict[str, Any]
-                   ) -> tuple[dict[str, DeviceKind], HostConstants]:
-    """Apply ``plan.constants`` (``{"H100.train_mfu": 0.3, "host.league_s": 0.1}``): each a measured value of the user."""
+def with_overrides(kinds: dict[str, DeviceKind], host: HostConstants, overrides: dict[str, Any],
+                   source: str = "set in the config (plan.constants)") -> tuple[dict[str, DeviceKind], HostConstants]:
+    """Apply ``plan.constants`` (``{"H100.train_mfu": 0.3, "host.league_s": 0.1}``): each a measured value of the user,
+    ``source`` where it comes from (a constants file of ``bench/calibrate.py``: ``planning.constants_file``)."""
     kinds = dict(kinds)
     for key, value in overrides.items():
         scope, _, name = key.partition(".")
@@ -140,7 +141,7 @@ def with_overrides(kinds: dict[str, DeviceKind], host: HostConstants, overrides:
             number = float(value)
         except (TypeError, ValueError):
             raise ConstantsError(f"plan.constants.{key}: {value!r} is not a number") from None
-        sourced = Sourced(number, "set in the config (plan.constants)", measured=True)
+        sourced = Sourced(number, source, measured=True)
         if scope == "host":
             if name not in {f.name for f in fields(HostConstants)}:
                 raise ConstantsError(f"plan.constants.{key}: no host constant {name!r}; known: "
