@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from configs import Config, ConfigError, dump_config, load_config
@@ -125,22 +126,22 @@ def cluster_view() -> ClusterView:
     if not address:
         view = local_cluster_view()
         if how == LOCAL_ASKED:
-            return ClusterView(total=view.total, nodes=view.nodes, gpu_memory_bytes=view.gpu_memory_bytes,
-                               source=f"this machine ({LOCAL_ASKED}: a separate local cluster would be started)")
+            return replace(view, source=f"this machine ({LOCAL_ASKED}: a separate local cluster would be started)")
         return view
     import ray
+
+    from actors.cluster_wait import live_view
 
     logging.getLogger(AUTH_SETUP_LOGGER).setLevel(logging.ERROR)  # Ray's announcement of token authentication
     attach(address, how, logging_level="ERROR", log_to_driver=False)
     try:
-        nodes = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+        view = live_view(attached_description(address, how))
         memory = None
-        if any(n.get("GPU", 0) for n in nodes):  # read nvidia-smi on a GPU node; a busy cluster just falls back
+        if view.total.get("GPU", 0):  # read nvidia-smi on a GPU node; a busy cluster just falls back
             probe = ray.remote(num_cpus=0, num_gpus=0.001)(gpu_memory_bytes).remote()
             ready, _ = ray.wait([probe], timeout=30)
             memory = ray.get(ready[0]) if ready else None
-        return ClusterView(total=dict(ray.cluster_resources()), nodes=nodes, source=attached_description(address, how),
-                           gpu_memory_bytes=memory)
+        return replace(view, gpu_memory_bytes=memory)
     finally:
         ray.shutdown()
 

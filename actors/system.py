@@ -214,13 +214,6 @@ class System:
         """Handles in the order of ``plan.actors``."""
         return in_plan_order(self.plan, self.inference, self.learners, self.verifiers.pool.actors, self.league)
 
-    def name_of(self, actor_id: str | None) -> str | None:
-        """The planned name of the actor with this id (hex), or None."""
-        for actor, handle in zip(self.plan.actors, self._planned_handles()):
-            if actor_id is not None and handle._actor_id.hex() == actor_id:
-                return actor.name
-        return None
-
     def dead_actors(self, settle_s: float = 10.0) -> list[str]:
         """Names of the stateful actors Ray records as dead (its GCS actor table; verifiers restart by themselves).
         Read from Ray's state, never from a call: a busy learner answers a call only after its running work, and

@@ -83,18 +83,6 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def model_directory(config) -> Path:
-    """``model.path`` as a directory: the built-in tiny model (built and cached on first use) or a local path."""
-    if config.model.path == "tiny":
-        from tinycoder import ensure_model
-
-        return Path(ensure_model(variant=config.model.tiny_variant, seed=0, progress=False))
-    path = Path(config.model.path).expanduser()
-    if not (path / "config.json").is_file():
-        raise SystemExit(f"error: model.path={config.model.path!r} is not a local model directory with a config.json")
-    return path
-
-
 def defaults(args: argparse.Namespace, config, on_gpu: bool) -> None:
     """Fill the options not given: the config's shapes and batch on a GPU, the tiny default's on a CPU."""
     plan, tasks, pop = config.plan, config.tasks, config.population
@@ -122,6 +110,7 @@ def calibrate(args: argparse.Namespace) -> dict:
 
     from bench.time_constants import (adapter_files, device_constants, host_constants, measure_generation,
                                       measure_handover, measure_host, measure_training, write_files)
+    from actors.driver import resolve_model
     from bench.verifier import make_tasks, timed_execute
     from inference import make_engine
     from inference.adapter_store import ram_backed_root
@@ -144,7 +133,7 @@ def calibrate(args: argparse.Namespace) -> dict:
         threads = int(os.environ.get("POPULORA_LEARNER_THREADS", "1"))
         torch.set_num_threads(threads)  # as one learner / engine actor runs (actors/*_actor.py)
         name = f"{cpu_name()} ({threads} torch thread(s) per actor)"
-    model_dir = model_directory(config)
+    model_dir = Path(resolve_model(config, progress=False))  # the run's own resolution of model.path
     log(f"{name} as kind {kind}; model {model_dir}; {config.model.dtype}")
     measurements: dict = {}
     scratch_root = args.scratch or Path(tempfile.gettempdir())
@@ -246,14 +235,11 @@ def run_calibration(out: Path, overrides: list[str], options: list[str] = (), co
 
 
 def plan_constants(config, node: NodeConstants, plan_kind: str = "cpu"):
-    """``planning.constants_file.node_constants`` of ``node`` for ``config`` planned on ``plan_kind`` (what the dry run
-    does with ``--constants``): the kinds, host constants, what was used and what ignored."""
-    from planning.constants_file import node_constants
+    """What the dry run does with ``--constants`` (``planning.constants_file.constants_for``): the kinds, host
+    constants, what was used and what ignored of ``node`` for ``config`` planned on ``plan_kind``."""
+    from planning.constants_file import constants_for
 
-    vllm = config.inference.backend == "vllm" or (config.inference.backend == "auto" and plan_kind != "cpu")
-    return node_constants(node, DEVICE_KINDS, HOST, plan_kind=plan_kind,
-                          digest=model_digest(load_model_dims(config), config.model.dtype),
-                          engine="vllm" if vllm else "hf")
+    return constants_for(config, node, load_model_dims(config), plan_kind, DEVICE_KINDS, HOST)
 
 
 def calibrated(out: Path, overrides: list[str], options: str | None, given: Path | None, config=None) -> tuple:

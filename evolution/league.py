@@ -323,7 +323,7 @@ class League:
             raise ValueError(f"outcome rho must be in [0, 1], got {rho!r}")
         if not valid or rho >= self.config["solve_threshold"]:
             return False
-        return rho > 0.0 or self.config.get("unsolved_is_teacher_win", True)
+        return rho > 0.0 or self.config["unsolved_is_teacher_win"]
 
     # ------------------------------------------------------------------------------------------ state
 

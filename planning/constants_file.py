@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from planning.memory_plan import ModelDims
-from planning.time_constants import ConstantsError, DeviceKind, HostConstants, with_overrides
+from planning.time_constants import HOST, ConstantsError, DeviceKind, HostConstants, with_overrides
 
 FORMAT_VERSION = 1
 GENERATION_CONSTANTS = ("memory_bandwidth", "prefill_mfu", "decode_mfu", "lora_decode_overhead")
@@ -131,7 +131,7 @@ def read_constants_file(path: str | Path) -> NodeConstants:
             raise bad(f"constant {key}: {value!r} is not a number")
         numbers[key] = float(value)
     try:  # every key must name a constant the plan knows
-        with_overrides({}, _DUMMY_HOST, numbers)
+        with_overrides({}, HOST, numbers)
     except ConstantsError as exc:
         raise bad(str(exc).replace("plan.constants.", "constant ")) from None
     return NodeConstants(path, numbers, provenance)
@@ -210,20 +210,19 @@ def node_constants(node: NodeConstants, kinds: dict[str, DeviceKind], host: Host
             applied.ignored[key] = why
         else:
             kept[key] = value
-    applied.kinds, applied.host = with_overrides(kinds, host, kept, source=f"{node.describe()}")
+    applied.kinds, applied.host = with_overrides(kinds, host, kept, source=node.describe())
     applied.used = kept
     return applied
 
 
-def _dummy_host() -> HostConstants:
-    from dataclasses import fields
+def constants_for(config: Any, node: NodeConstants, dims: ModelDims, plan_kind: str, kinds: dict[str, DeviceKind],
+                  host: HostConstants, installed: dict[str, str | None] | None = None) -> Applied:
+    """:func:`node_constants` of ``node`` for ``config`` planned on ``plan_kind`` (``cpu`` without GPUs): the
+    digest of its model and the engine its plan assumes (``planning.time_plan.planned_engine``)."""
+    from planning.time_plan import planned_engine
 
-    from planning.time_constants import Sourced
+    return node_constants(node, kinds, host, plan_kind=plan_kind, digest=model_digest(dims, config.model.dtype),
+                          engine=planned_engine(config, plan_kind != "cpu"), installed=installed)
 
-    return HostConstants(**{f.name: Sourced(0.0, "") for f in fields(HostConstants)})
-
-
-_DUMMY_HOST = _dummy_host()
-
-__all__ = ["Applied", "ConstantsFileError", "FORMAT_VERSION", "NodeConstants", "installed_versions", "model_digest",
-           "node_constants", "read_constants_file", "write_constants_file"]
+__all__ = ["Applied", "ConstantsFileError", "FORMAT_VERSION", "NodeConstants", "constants_for", "installed_versions",
+           "model_digest", "node_constants", "read_constants_file", "write_constants_file"]

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from configs.schema import Config
 from planning.memory_plan import GiB, HostView, MemoryPlan, PlanInputError, load_model_dims, plan_memory
 from planning.placement import ClusterView, PlacementPlan, plan_placement
-from planning.constants_file import ConstantsFileError, model_digest, node_constants, read_constants_file
+from planning.constants_file import ConstantsFileError, constants_for, read_constants_file
 from planning.time_constants import DEVICE_KINDS, HOST, ConstantsError, with_overrides
-from planning.time_plan import (Cluster, ClusterError, Layout, LayoutChoice, Lengths, choose_layout, cluster_of,
+from planning.time_plan import (ClusterError, Layout, LayoutChoice, Lengths, choose_layout, cluster_of,
                                 config_layout, lengths_from_config)
 
 DEFAULT_GPU_GIB = 80.0
@@ -79,10 +79,8 @@ def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | N
         kinds, host_rates = DEVICE_KINDS, HOST
         if config.plan.constants_file:  # a node's measured constants; the config's own overrides win
             node = read_constants_file(config.plan.constants_file)
-            vllm = config.inference.backend == "vllm" or (config.inference.backend == "auto" and described.gpus > 0)
-            applied = node_constants(node, kinds, host_rates, plan_kind=described.kind if described.gpus else "cpu",
-                                     digest=model_digest(dims, config.model.dtype), engine="vllm" if vllm else "hf",
-                                     installed=installed)
+            applied = constants_for(config, node, dims, described.kind if described.gpus else "cpu", kinds, host_rates,
+                                    installed)
             kinds, host_rates = applied.kinds, applied.host
             plan.constants_lines = applied.lines(node)
         kinds, host_rates = with_overrides(kinds, host_rates, config.plan.constants)

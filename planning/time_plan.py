@@ -351,6 +351,12 @@ class Workload:
         return sum(self.teacher_tokens.values()) + sum(self.student_tokens.values())
 
 
+def planned_engine(config: Any, on_gpus: bool) -> str:
+    """The engine a plan assumes: ``vllm`` where the config asks for it, or ``auto`` on GPUs; else ``hf``."""
+    backend = config.inference.backend
+    return "vllm" if backend == "vllm" or (backend == "auto" and on_gpus) else "hf"
+
+
 def step_workload(config: Any, lengths: Lengths, prefix_sharing: bool) -> Workload:
     """Expected sequences, tokens and executions of one step (module docstring)."""
     tasks, pop = config.tasks, config.population
@@ -426,8 +432,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
     missing: list[str] = []
     if kind is None:
         kind = DeviceKind(name=cluster.kind, memory_gib=80.0)
-    vllm = config.inference.backend == "vllm" or (config.inference.backend == "auto" and cluster.gpus > 0)
-    work = step_workload(config, lengths, prefix_sharing=vllm)
+    work = step_workload(config, lengths, prefix_sharing=planned_engine(config, cluster.gpus > 0) == "vllm")
     n = dims.base_params()
     b = DTYPE_BYTES[config.model.dtype]
     phases: list[Phase] = []
@@ -744,4 +749,4 @@ def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengt
 __all__ = ["GENERATION_PHASES", "TRAINING_PHASES", "Cluster", "ClusterError", "Layout", "LayoutChoice", "Lengths",
            "Overlap", "Phase", "RUN_MODES", "RunMode", "RunRecordError", "Sourced", "TimePlan", "Workload", "candidate_layouts", "choose_layout",
            "cluster_of", "config_layout", "drained_steps", "lengths_from_config", "lengths_from_run",
-           "measured_phase_seconds", "plan_time", "step_workload"]
+           "measured_phase_seconds", "plan_time", "planned_engine", "step_workload"]

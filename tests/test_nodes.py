@@ -28,7 +28,8 @@ from standin_cluster import standin_cluster
 from actors.cluster import (NAMESPACE, SharedPathError, actor_options, check_shared_paths,
                             reserve_gpus)
 from configs import PRESETS_DIR, load_config
-from planning.placement import ClusterView, PlacementPlan, plan_placement
+from actors.cluster_wait import live_view
+from planning.placement import PlacementPlan, plan_placement
 
 NODE = {"num_cpus": 4, "num_gpus": 2}  # logical: the machine has 2 cores and no GPU
 
@@ -46,11 +47,6 @@ def two_nodes(cluster: Cluster) -> list[str]:
         cluster.add_node(**NODE)
         cluster.wait_for_nodes()
     return [node.node_id for node in cluster.list_all_nodes()]
-
-
-def live_view() -> ClusterView:
-    nodes = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
-    return ClusterView(dict(ray.cluster_resources()), nodes, "test cluster")
 
 
 @ray.remote
