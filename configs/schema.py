@@ -392,7 +392,7 @@ class PlanConfig(Section):
 
     gpu_kind: str = Field(
         "H100", min_length=1, max_length=32,
-        description="GPU kind of the node the config describes (planning/time_constants.py: H100, A100; others need "
+        description="GPU kind of the node the config describes (planning/time_constants.py: H100, H200, A100; others need "
         "plan.constants).",
     )
     nodes: int = Field(1, ge=1, le=1024, description="Nodes of the described cluster (the dry run's --cluster overrides).")

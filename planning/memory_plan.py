@@ -65,7 +65,25 @@ buffers ``max_loras x max_lora_rank x sum (d_in + d_out) x L x b``, the forward 
 ``max_num_batched_tokens`` and the sampler's logits, CUDA graphs; what remains must hold the KV cache of
 ``max_num_seqs`` sequences of ``max_model_len`` tokens, ``2 x kv_heads x d x b x L`` bytes per token.
 
-**Colocated GPU** (``resources.colocated``: replica g and learner pair g on GPU g, taking it in turn), three rows:
+**Inference replica (the transformers engine, ``inference.backend: hf``), per GPU**: no budget and no sleep mode;
+what it holds, all of it counted as resident (:func:`hf_engine_items`):
+
+- its own copy of the base in the model dtype (it loads the weights itself: only the learners share one copy);
+- its LoRA slots, one per member, in float32 (``MultiLoRAModel``'s master weights): ``adapters x 4 P``;
+- the KV cache of its largest batch (:func:`hf_batch_rows`: the largest ``generate`` call of a step per replica,
+  at most :data:`HF_MAX_BATCH_ROWS` rows), every row ``model.max_seq_len`` tokens long, ``2 x kv_heads x d x b x L``
+  bytes per token, plus one layer's copy (``DynamicCache`` grows each layer by ``torch.cat``);
+- the prefill of that batch: ``rows x W`` prompt tokens (W = ``model.max_seq_len`` - ``max_tokens``, the longest
+  prompt that fits) of forward activations ``(4h + 3f) b`` and the padding mask, boolean and in the attention's
+  dtype, ``W x W (1 + b)`` per row; the sampler's float32 temporaries (:data:`HF_SAMPLER_BYTES_PER_LOGIT` per row and
+  vocabulary entry); its CUDA context.
+
+The prefill and the full cache peak at different moments; the plan adds them (an upper bound). It counts all of it in
+every moment: the engine's caching allocator keeps the blocks its last ``generate`` reserved (nothing empties it), so
+its learners never get them back.
+
+**Colocated GPU** (``resources.colocated``: replica g and learner pair g on GPU g, taking it in turn), three rows with
+vLLM (two with the transformers engine, which has no budget row):
 
 - ``GPU g engine``: the replica's vLLM budget, as above;
 - ``GPU g generating`` (the engine awake): the engine's whole budget ``gpu_memory_utilization`` x capacity (vLLM
@@ -80,7 +98,10 @@ buffers ``max_loras x max_lora_rank x sum (d_in + d_out) x L x b``, the forward 
   buffers to pinned host memory, frees the KV cache and workspace and empties the caching allocator; the CUDA
   context and the CUDA graphs (unless ``enforce_eager``) stay.
 
-The pinned copies (weights + LoRA slots of every replica of a node) are a ``host RAM`` row, checked where this
+With the transformers engine (it has no sleep mode and stays awake) both moments hold its whole footprint (above):
+``GPU g generating`` beside the learners' resident state, ``GPU g training`` beside the learners' peak.
+
+The pinned copies (weights + LoRA slots of every vLLM replica of a node) are a ``host RAM`` row, checked where this
 machine is the GPU node (``HostView.gpu_node``) and reported otherwise. vLLM's sleep mode is CUDA only: on CPU the
 engine keeps its memory, and the host row says so.
 
@@ -97,7 +118,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planning.placement import PlacementPlan
+from planning.placement import PlacementPlan, planned_engine
 from configs.schema import Config
 
 GiB = 1024**3
@@ -111,6 +132,14 @@ VLLM_DEFAULT_BATCHED_TOKENS = 16384
 """``max_num_batched_tokens`` of ``vllm.LLM`` on a GPU when engine_args do not set it (vLLM V1 default)."""
 VLLM_DEFAULT_UTILIZATION = 0.9
 VLLM_DEFAULT_MAX_NUM_SEQS = 256
+HF_MAX_BATCH_ROWS = 256
+"""Rows the transformers engine decodes at once: ``HFEngine``'s ``max_batch_rows`` default, which the inference actor
+keeps (``tests/test_plan_hf_engine.py`` checks that they agree)."""
+HF_SAMPLER_BYTES_PER_LOGIT = 32
+"""The transformers engine's sampler (``inference.sampling.sample_tokens``) per row and vocabulary entry: the float32
+logits, tempered logits, probabilities, log-probabilities and CDF (4 B each) and, for top-p, the sorted probabilities'
+int64 order (8 B). An estimate of what is alive at once, not measured."""
+EVAL_PROBLEMS_DEFAULT = 164  # HumanEval's size, when eval.limit does not bound a benchmark
 DEVICE_KINDS = ("cpu", "cuda")
 LAYER_BACKWARD_FACTOR = {"cpu": 1.0, "cuda": 1.25}
 """Factor on one decoder layer's backward (recompute + workspace) per device kind. CUDA: fitted to the H100
@@ -364,6 +393,11 @@ def span_devices(devices: list[str]) -> str:
                      for first, end, rest in runs)
 
 
+def _size(nbytes: int) -> str:
+    """``85.3 GiB``, or below a GiB ``300 MiB`` (a small GPU's figures would read 0.3)."""
+    return f"{nbytes / GiB:.1f} GiB" if abs(nbytes) >= GiB else f"{nbytes / 2**20:.0f} MiB"
+
+
 @dataclass
 class MemoryPlan:
     rows: list[DeviceRow]
@@ -383,7 +417,8 @@ class MemoryPlan:
         groups: dict[str, list[str]] = {}  # identical devices (the replicas, the learner GPUs) share one message
         for r in self.rows:
             if r.checked and r.headroom < 0:
-                groups.setdefault(f"needs {r.need / GiB:.1f} GiB of {r.capacity / GiB:.1f} GiB: {r.knob}", []).append(r.device)
+                groups.setdefault(f"needs {_size(r.need)} of {_size(r.capacity)} ({_size(-r.headroom)} short): {r.knob}",
+                                  []).append(r.device)
         return "memory: does not fit: " + "; ".join(f"{span_devices(devices)} {message}" for message, devices in groups.items())
 
     def render(self) -> str:
@@ -472,9 +507,15 @@ def _learner_rows(config: Config, dims: ModelDims, placement: PlacementPlan, che
         if placement.colocated:
             engine = _engine_on(placement, gpu)
             row.device += " training"
-            row.items[f"{engine}: asleep (its CUDA context{'' if _eager(config) else ' and CUDA graphs'} stay)"] = (
-                _engine_asleep_bytes(config))
-            row.note += f" training, {engine} asleep"
+            if planned_engine(config, on_gpus=True) == "vllm":
+                row.items[f"{engine}: asleep (its CUDA context{'' if _eager(config) else ' and CUDA graphs'} stay)"] = (
+                    _engine_asleep_bytes(config))
+                row.note += f" training, {engine} asleep"
+            else:
+                for part, nbytes in hf_engine_items(config, dims, _replicas(placement)).items():
+                    row.items[f"{engine} (awake): {part}"] = nbytes
+                row.note += f" training, {engine} awake (the transformers engine has no sleep mode)"
+                row.knob += "; " + _hf_knob(config, placement, colocated=True)
         rows.append(row)
     return rows
 
@@ -491,8 +532,10 @@ def _engine_asleep_bytes(config: Config) -> int:
 
 def _colocated_generating_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int,
                                checkpointing: bool) -> list[DeviceRow]:
-    """Colocated GPUs while the engine generates: its whole budget and CUDA context beside the learners' resident
-    state (module docstring)."""
+    """Colocated GPUs while the engine generates: its whole budget and CUDA context (the transformers engine: its whole
+    footprint) beside the learners' resident state (module docstring)."""
+    if planned_engine(config, on_gpus=True) != "vllm":
+        return _colocated_hf_generating_rows(config, dims, placement, gpu_bytes, checkpointing)
     util = _engine_budget(config, dims, gpu_bytes)[1]
     base = dims.base_params() * DTYPE_BYTES[config.model.dtype]
     rows = []
@@ -514,6 +557,77 @@ def _colocated_generating_rows(config: Config, dims: ModelDims, placement: Place
                  f"{resident / GiB:.1f} GiB here while the engine is awake)",
         ))
     return rows
+
+
+def _colocated_hf_generating_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int,
+                                  checkpointing: bool) -> list[DeviceRow]:
+    """Colocated GPUs while the transformers engine generates: its whole footprint beside the learners' resident state."""
+    base = dims.base_params() * DTYPE_BYTES[config.model.dtype]
+    rows = []
+    for gpu, learners in _gpu_learners(config, placement).items():
+        engine = _engine_on(placement, gpu)
+        items = {f"{engine} (awake): {part}": nbytes
+                 for part, nbytes in hf_engine_items(config, dims, _replicas(placement)).items()}
+        items["frozen base (one copy, shared)"] = base
+        for name, slots in learners:
+            for part, nbytes in learner_resident_bytes(dims, _learner_shape(config, slots, checkpointing)).items():
+                items[f"{name}: {part}"] = nbytes
+            items[f"{name}: CUDA context"] = CUDA_CONTEXT_BYTES
+        rows.append(DeviceRow(
+            f"GPU {gpu} generating", gpu_bytes, items,
+            note=f"{engine} awake (transformers engine); learners between updates (gradients freed, cache released)",
+            knob=_hf_knob(config, placement, colocated=True),
+        ))
+    return rows
+
+
+def _replicas(placement: PlacementPlan) -> int:
+    return max(1, len(placement.by_role("inference")))
+
+
+def hf_batch_rows(config: Config, replicas: int = 1) -> int:
+    """Rows of the largest batch one transformers engine replica decodes at once: the largest ``generate`` call of a
+    step split over the replicas (``System.generate`` splits the requests evenly), at most :data:`HF_MAX_BATCH_ROWS`.
+    The calls: the proposals (a row each), the rollouts (``tasks.rollouts_k`` rows per valid proposal; every proposal
+    valid at worst) and, with ``eval.every``, one benchmark's problems for every member and the base."""
+    tasks, pop = config.tasks, config.population
+    proposals = (1 if pop.single_agent else pop.teachers) * tasks.tasks_per_teacher
+    rows = -(-proposals // replicas) * tasks.rollouts_k
+    if config.eval.every:
+        rows = max(rows, -(-(config.eval.limit or EVAL_PROBLEMS_DEFAULT) * (pop.adapters + 1) // replicas))
+    return max(1, min(HF_MAX_BATCH_ROWS, rows))
+
+
+def hf_engine_items(config: Config, dims: ModelDims, replicas: int = 1) -> dict[str, int]:
+    """One transformers engine replica's bytes on its GPU by component (module docstring); it keeps all of them."""
+    b = DTYPE_BYTES[config.model.dtype]
+    rows, longest = hf_batch_rows(config, replicas), config.model.max_seq_len
+    new = config.inference.max_tokens if not config.eval.every else min(config.inference.max_tokens, config.eval.max_tokens)
+    width = max(1, longest - new)  # the longest prompt that leaves room for its new tokens
+    kv = kv_bytes_per_token(dims, b)
+    adapters = config.population.adapters
+    h, f = dims.hidden, dims.intermediate
+    return {
+        f"weights (its own copy, {config.model.dtype})": dims.base_params() * b,
+        f"LoRA slots ({adapters} x rank {config.lora.rank}, float32)":
+            adapters * lora_params(dims, config.lora.rank, config.lora.target_modules) * 4,
+        f"KV cache: {rows} rows x {longest} tokens x {kv / 1024:g} KiB, + one layer's copy as it grows":
+            rows * longest * kv + rows * longest * kv // dims.layers,
+        f"prefill of {rows} x {width} prompt tokens: activations + padding mask":
+            rows * width * (4 * h + 3 * f) * b + rows * width * width * (1 + b),
+        f"sampler ({rows} rows x V x {HF_SAMPLER_BYTES_PER_LOGIT} B)": rows * dims.vocab * HF_SAMPLER_BYTES_PER_LOGIT,
+        "CUDA context": CUDA_CONTEXT_BYTES,
+    }
+
+
+def _hf_knob(config: Config, placement: PlacementPlan, colocated: bool) -> str:
+    """What shrinks a transformers engine replica: its KV cache and prefill (rows, length), or vLLM, which sleeps."""
+    rows = hf_batch_rows(config, _replicas(placement))
+    calls = ("population.teachers x tasks.tasks_per_teacher x tasks.rollouts_k per replica"
+             + (", eval.limit" if config.eval.every else ""))
+    knob = (f"lower model.max_seq_len or the rows the transformers engine decodes at once ({rows}: {calls})")
+    return knob + (", or use inference.backend=vllm (it sleeps while the learners train)" if colocated
+                   else ", or use GPUs with more memory")
 
 
 def _engine_budget(config: Config, dims: ModelDims, gpu_bytes: int) -> tuple[dict[str, int], float, str]:
@@ -549,6 +663,8 @@ def _engine_budget(config: Config, dims: ModelDims, gpu_bytes: int) -> tuple[dic
 
 
 def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int) -> list[DeviceRow]:
+    if planned_engine(config, on_gpus=True) != "vllm":
+        return _hf_inference_rows(config, dims, placement, gpu_bytes)
     items, util, knob = _engine_budget(config, dims, gpu_bytes)
     rows = []
     for actor in placement.by_role("inference"):
@@ -560,6 +676,18 @@ def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, g
             int(util * gpu_bytes), dict(items), note=f"{actor.name} (vLLM budget: {util:g} x capacity)", knob=knob,
         ))
     return rows
+
+
+def _hf_inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int) -> list[DeviceRow]:
+    """Split layouts: each transformers engine replica alone on its GPU, all its bytes against the whole GPU (colocated:
+    none, its bytes are in both moments of its GPU)."""
+    if placement.colocated:
+        return []
+    items = hf_engine_items(config, dims, _replicas(placement))
+    return [DeviceRow(f"GPU {actor.gpu_ids[0]}", gpu_bytes, dict(items),
+                      note=f"{actor.name} (transformers engine: its own weights, awake throughout)",
+                      knob=_hf_knob(config, placement, colocated=False))
+            for actor in placement.by_role("inference") if actor.gpu_ids]
 
 
 def _host_row(config: Config, dims: ModelDims, placement: PlacementPlan, host: HostView, checkpointing: bool) -> DeviceRow:
@@ -615,7 +743,7 @@ def plan_memory(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_b
     moments = {"engine": 0, "generating": 1, "training": 2}  # a colocated GPU's rows in the order of a step
     rows.sort(key=lambda r: (int(r.device.split()[1].split("-")[0]), moments.get(r.device.split()[-1], 0)))
     rows.append(_host_row(config, dims, placement, host, checkpointing))
-    if placement.colocated:
+    if placement.colocated and planned_engine(config, on_gpus=True) == "vllm":
         rows.append(_pinned_row(config, dims, placement, host))
     plan = MemoryPlan(rows, capacity_source, checkpointing)
     plan.max_micro_batch_tokens = max_micro_batch_tokens(config, dims, placement, gpu_bytes, checkpointing)
@@ -655,7 +783,7 @@ def with_resolved_checkpointing(config: Config, plan: MemoryPlan) -> Config:
 
 __all__ = [
     "ALLOCATOR_MARGIN", "HostView", "LAYER_BACKWARD_FACTOR", "LearnerShape", "MemoryPlan", "ModelDims", "PlanInputError",
-    "RELEASE_RETAINED_FRACTION", "kv_bytes_per_token", "layer_saved_bytes", "learner_components", "learner_peak",
+    "RELEASE_RETAINED_FRACTION", "HF_MAX_BATCH_ROWS", "hf_batch_rows", "hf_engine_items", "kv_bytes_per_token", "layer_saved_bytes", "learner_components", "learner_peak",
     "learner_resident_bytes", "step_peak_bytes", "load_model_dims", "lora_params", "plan_memory",
     "with_resolved_checkpointing",
 ]

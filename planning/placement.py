@@ -153,6 +153,13 @@ COLOCATED_ENGINE_SHARE = 0.5
 them on one GPU, not a memory split)."""
 
 
+def planned_engine(config: Any, on_gpus: bool) -> str:
+    """The engine a plan assumes: ``vllm`` where the config asks for it, or ``auto`` on GPUs; else ``hf`` (the
+    transformers engine, which has no sleep mode: colocated, it stays awake beside its GPU's learners)."""
+    backend = config.inference.backend
+    return "vllm" if backend == "vllm" or (backend == "auto" and on_gpus) else "hf"
+
+
 def learner_shard_names(role: str, shards: int) -> list[str]:
     """``learner-<role>`` for one shard, ``learner-<role>-<g>`` for one per learner GPU.
 
@@ -175,10 +182,14 @@ def plan_placement(config: Config) -> PlacementPlan:
         if res.inference_gpus:
             ids = tuple(range(gpu, gpu + res.tensor_parallel_size))
             gpu += res.tensor_parallel_size
-            note = f"vLLM engine, tensor_parallel_size={res.tensor_parallel_size}, every adapter"
+            vllm = planned_engine(config, on_gpus=True) == "vllm"
+            note = (f"vLLM engine, tensor_parallel_size={res.tensor_parallel_size}, every adapter" if vllm
+                    else "transformers engine, every adapter")
             share = float(len(ids))
             if colocated:
-                share, note = COLOCATED_ENGINE_SHARE, "vLLM engine, every adapter; sleeps while this GPU's learners train"
+                share = COLOCATED_ENGINE_SHARE
+                note = ("vLLM engine, every adapter; sleeps while this GPU's learners train" if vllm else
+                        "transformers engine, every adapter; stays awake beside this GPU's learners (no sleep mode)")
             actors.append(ActorPlan(name, "inference", res.inference_cpus, share, gpu_ids=ids, note=note))
         else:
             actors.append(ActorPlan(name, "inference", res.inference_cpus, note=f"{config.inference.backend} backend on CPU"))

@@ -46,12 +46,19 @@ class RunPlan:
         return short
 
 
-def gpu_capacity(config: Config, view: ClusterView) -> tuple[int, str]:
-    """Bytes per GPU for the memory plan and where they come from: the config, else the cluster, else 80 GiB."""
+def gpu_capacity(config: Config, view: ClusterView, described: str | None = None) -> tuple[int, str]:
+    """Bytes per GPU for the memory plan and where they come from: the config, else the cluster, else the described
+    cluster's GPU kind (``--cluster``, else ``plan.gpu_kind``) where ``planning.time_constants`` knows it, else 80 GiB."""
+    try:
+        kind = DEVICE_KINDS.get(cluster_of(config, described).kind)
+    except ClusterError:  # reported by the time plan
+        kind = None
     if config.resources.gpu_memory_gib is not None:
         gpu_bytes, source = int(config.resources.gpu_memory_gib * GiB), "resources.gpu_memory_gib"
     elif view.gpu_memory_bytes:
         gpu_bytes, source = view.gpu_memory_bytes, f"nvidia-smi on {view.source}"
+    elif kind is not None and kind.name != "cpu":
+        gpu_bytes, source = int(kind.memory_gib * GiB), f"the described {kind.name} (set resources.gpu_memory_gib)"
     else:
         gpu_bytes, source = int(DEFAULT_GPU_GIB * GiB), "default (set resources.gpu_memory_gib)"
     return gpu_bytes, f"{gpu_bytes / GiB:.1f} GiB per GPU, {source}"
@@ -67,7 +74,7 @@ def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | N
     placement = plan_placement(config)
     fits, lines = placement.check(view)
     plan = RunPlan(placement=placement, view=view, resources_fit=fits, resource_lines=lines)
-    gpu_bytes, source = gpu_capacity(config, view)
+    gpu_bytes, source = gpu_capacity(config, view, cluster)
     try:
         dims = load_model_dims(config)
         plan.memory = plan_memory(config, dims, placement, gpu_bytes, host, source)

@@ -83,6 +83,23 @@ H100 = DeviceKind(
                                 "10.57 s (the weights copied to pinned host memory) + wake 2.19 s; the host copy, not "
                                 "the GPU, sets it"),
 )
+H200 = DeviceKind(
+    name="H200",
+    memory_gib=139.8,  # torch.cuda.get_device_properties(0).total_memory of an H200 (tests/fixtures/memory_measured.json);
+    # the datasheet's 141 GB HBM3e
+    peak_flops=Sourced(989e12, "NVIDIA H200 SXM datasheet, dense bf16 (1,979 TFLOPS with sparsity): the H100 SXM's peak"),
+    memory_bandwidth=Sourced(4.8e12, "NVIDIA H200 SXM datasheet, 141 GB HBM3e at 4.8 TB/s"),
+    train_mfu=Sourced(H100.train_mfu.value, "assumed equal to the H100's measured training MFU (bench/learner.py on one "
+                                            "H100, 2026-11-25; same compute peak); not measured on an H200"),
+    prefill_mfu=Sourced(H100.prefill_mfu.value, "assumed equal to the H100's (itself assumed equal to its training MFU); "
+                                                "not measured on an H200"),
+    decode_mfu=Sourced(H100.decode_mfu.value, "assumed equal to the H100's cited figure (6,300 output tokens/s, 7B); not "
+                                              "measured on an H200, whose 1.43x memory bandwidth likely decodes faster"),
+    lora_decode_overhead=Sourced(H100.lora_decode_overhead.value, "assumed equal to the H100's (cited: vLLM PR #11267, "
+                                                                  "an A100); not measured on an H200"),
+    sleep_wake_s=Sourced(H100.sleep_wake_s.value, "assumed equal to the H100's (cited: vLLM PR #48337, an A100; the copy "
+                                                  "to pinned host memory, not the GPU, sets it)"),
+)
 A100 = DeviceKind(
     name="A100",
     memory_gib=80.0,
@@ -106,7 +123,7 @@ CPU = DeviceKind(
     lora_decode_overhead=Sourced(0.0, "bench/time_constants.py measures with the adapters on (already in decode_mfu)",
                                  measured=True),
 )
-DEVICE_KINDS: dict[str, DeviceKind] = {k.name: k for k in (H100, A100, CPU)}
+DEVICE_KINDS: dict[str, DeviceKind] = {k.name: k for k in (H100, H200, A100, CPU)}
 
 HOST = HostConstants(
     verifier_tasks_per_core_s=Sourced(205.0, "bench/verifier.py on the 2-core test machine, 2026-11: ~410 tasks/s on two "

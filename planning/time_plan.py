@@ -32,8 +32,15 @@ Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fract
 
 The phases run in turn (``actors/loop.py``), so the step is their sum and a group's busy fraction is its
 phases' seconds over the step; the critical phase is the longest. Colocated layouts (``resources.colocated``)
-give every GPU to each phase and add one ``switch`` per step: the engines sleep before the update and wake
-after it (``sleep_wake_s``).
+give every GPU to each phase and add one ``switch`` per step: vLLM engines sleep before the update and wake
+after it (``sleep_wake_s``); the transformers engine has no sleep mode and stays awake, so its switch is 0 s.
+
+**The engine** (``planned_engine``: vLLM where the config asks for it or ``auto`` on GPUs, else the transformers
+engine). The generation constants of a GPU kind are vLLM's (cited or measured with vLLM); nobody has measured the
+transformers engine on a GPU, so a transformers engine on a GPU is planned at the kind's rates and the plan says so
+(:attr:`TimePlan.notes`): a lower bound, since a small model's decode steps are bound by per-step overhead (kernel
+launches, Python) that the rates and the weight-read tail do not count. ``bench/calibrate.py`` on the node
+measures the engine's own (a constants file of the ``hf`` engine replaces them).
 
 **Overlapped steps** (``run.max_staleness: 1``, :class:`Overlap`): the engines generate step t+1 (the
 phases of ``actors.loop.generate_rollouts``: league, propose, validate, solve, judge; seconds G) while the
@@ -68,12 +75,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from planning.memory_plan import DTYPE_BYTES, ModelDims, lora_params
+from planning.memory_plan import DTYPE_BYTES, EVAL_PROBLEMS_DEFAULT, ModelDims, lora_params
+from planning.placement import planned_engine
 from planning.time_constants import DEVICE_KINDS, HOST, DeviceKind, HostConstants, Sourced
 
 GENERATION_NEEDS = ("peak_flops", "memory_bandwidth", "prefill_mfu", "decode_mfu", "lora_decode_overhead")
 TRAINING_NEEDS = ("peak_flops", "train_mfu")
-EVAL_PROBLEMS_DEFAULT = 164  # HumanEval's size, when eval.limit does not bound a benchmark
 
 
 class ClusterError(ValueError):
@@ -236,6 +243,9 @@ class TimePlan:
     drained_fraction: float = 1.0  # of the config's run.steps, were it overlapped (drained_steps / run.steps)
     overlapped: bool = False  # the config runs overlapped (run.max_staleness: 1)
     data_parallel: bool = False  # the config splits each member's update over the learner GPUs (rl.data_parallel)
+    engine: str = "vllm"  # the engine the plan assumes (planned_engine): "vllm" or "hf" (the transformers engine)
+    notes: list[str] = field(default_factory=list)  # what the reader must know of how a phase was planned
+    generation_lower_bound: bool = False  # the transformers engine on a GPU at vLLM's rates (notes say so)
 
     @property
     def mode(self) -> "RunMode":
@@ -309,6 +319,7 @@ class TimePlan:
         lines.append(self.overlap_line())
         if self.missing:
             lines.append("constants missing: " + "; ".join(self.missing) + " (set plan.constants to plan those phases)")
+        lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
     def overlap_line(self) -> str:
@@ -327,6 +338,7 @@ class TimePlan:
             "busy": {g: round(f, 4) for g, f in self.busy().items()}, "critical": self.critical().name,
             "phases": {p.name: round(p.seconds, 4) for p in self.phases}, "tokens": self.tokens,
             "lengths": self.lengths.__dict__, "missing": self.missing, "overlap": self.overlap().to_dict(),
+            "engine": self.engine, "notes": self.notes,
         }
 
 
@@ -349,12 +361,6 @@ class Workload:
     @property
     def trained_tokens(self) -> float:
         return sum(self.teacher_tokens.values()) + sum(self.student_tokens.values())
-
-
-def planned_engine(config: Any, on_gpus: bool) -> str:
-    """The engine a plan assumes: ``vllm`` where the config asks for it, or ``auto`` on GPUs; else ``hf``."""
-    backend = config.inference.backend
-    return "vllm" if backend == "vllm" or (backend == "auto" and on_gpus) else "hf"
 
 
 def step_workload(config: Any, lengths: Lengths, prefix_sharing: bool) -> Workload:
@@ -432,7 +438,8 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
     missing: list[str] = []
     if kind is None:
         kind = DeviceKind(name=cluster.kind, memory_gib=80.0)
-    work = step_workload(config, lengths, prefix_sharing=planned_engine(config, cluster.gpus > 0) == "vllm")
+    engine = planned_engine(config, cluster.gpus > 0)
+    work = step_workload(config, lengths, prefix_sharing=engine == "vllm")
     n = dims.base_params()
     b = DTYPE_BYTES[config.model.dtype]
     phases: list[Phase] = []
@@ -516,16 +523,42 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
         eval_s = decode / replicas / decode_rate + config.eval.max_tokens * step_latency
         phases.append(Phase("evaluate", "inference", eval_s / config.eval.every,
                             f"{problems} problems x {members + 1} models every {config.eval.every} steps"))
-    if layout.colocated:
+    if layout.colocated and engine == "vllm":
         wake = kind.sleep_wake_s
         if wake is None:
             missing.append(f"{kind.name}: sleep_wake_s (colocated switch not planned)")
         phases.append(Phase("switch", "host", wake.value if wake else 0.0, "engines sleep for training and wake after"))
+    elif layout.colocated:
+        phases.append(Phase("switch", "host", 0.0, "none: the transformers engine has no sleep mode, it stays awake"))
+    notes, lower_bound = [], False
+    if engine == "hf" and cluster.gpus and gen is not None:
+        note, lower_bound = _hf_on_gpu_note(kind)
+        notes.append(note)
     tokens = {"teacher": sum(work.teacher_tokens.values()), "student": sum(work.student_tokens.values()),
               "prefill": work.propose_tokens[0] + work.solve_tokens[0], "decode": work.propose_tokens[1] + work.solve_tokens[1]}
     steps = config.run.steps
     return TimePlan(cluster, layout, phases, lengths, {k: round(v) for k, v in tokens.items()}, missing,
-                    drained_steps(config, steps) / steps, config.run.max_staleness == 1, config.rl.data_parallel)
+                    drained_steps(config, steps) / steps, config.run.max_staleness == 1, config.rl.data_parallel,
+                    engine, notes, lower_bound)
+
+
+HF_BORROWED = ("prefill_mfu", "decode_mfu", "lora_decode_overhead")
+"""A GPU kind's generation rates that are vLLM's (cited or measured with vLLM), not the transformers engine's."""
+
+
+def _hf_on_gpu_note(kind: DeviceKind) -> tuple[str, bool]:
+    """What the generation phases of a transformers engine on a GPU rest on (module docstring), and whether they are a
+    lower bound: the kind's shipped rates are vLLM's; rates set for the plan (a constants file, ``plan.constants``)
+    are taken as the engine's own."""
+    shipped = DEVICE_KINDS.get(kind.name)
+    borrowed = [n for n in HF_BORROWED if shipped is not None and getattr(kind, n) == getattr(shipped, n)]
+    if not borrowed:
+        return (f"the transformers engine on {kind.name}: generation planned with the rates set for this plan "
+                f"(decode_mfu: {kind.decode_mfu.source})"), False
+    return (f"the transformers engine on {kind.name}: generation planned at vLLM's rates ({', '.join(borrowed)} of "
+            f"{kind.name}; none is measured for the transformers engine on a GPU) and the weight-read tail at the "
+            "memory bandwidth: a lower bound, as a small model's decode steps are bound by per-step overhead (kernel "
+            "launches, Python) these do not count; bench/calibrate.py on the node measures the engine's own"), True
 
 
 def candidate_layouts(cluster: Cluster, tp: int) -> list[Layout]:
@@ -602,6 +635,9 @@ COLOCATED_NOT_RUN = ("built, not yet run on a GPU (vLLM's sleep mode beside the 
                      "resources.colocated=true")
 """Why the plan does not yet recommend a colocated layout that fits: its CUDA path (engines sleeping while their
 GPU's learners train) has run only on CPU, where vLLM has no sleep mode. None once a GPU run has checked it."""
+COLOCATED_HF_NOT_RUN = ("built, not yet run on a GPU (the transformers engine awake beside the learners): try it with "
+                        "resources.colocated=true")
+"""The same for a colocated layout with the transformers engine (no sleep mode: its bytes stay beside the learners)."""
 
 
 @dataclass(frozen=True)
@@ -679,6 +715,8 @@ class LayoutChoice:
         if not cur.cluster.gpus:
             return f"time: step ~{cur.wall_s:.0f} s on CPU, limited by {cur.critical().name}"
         line = f"time: {cur.summary()}"
+        if cur.generation_lower_bound:
+            line += " (generation a lower bound: the transformers engine at vLLM's rates, see the note)"
         rec = self.recommended
         if rec is None:
             return line + "; recommended: none (no other layout fits and runs)"
@@ -720,7 +758,8 @@ def candidate_problem(plan: TimePlan, unfit: Callable[[Layout, bool], str | None
         return f"an engine's {layout.tp} tensor-parallel GPUs must be on one node"
     if plan.missing:
         return "constants missing: " + "; ".join(plan.missing)
-    return unfit(layout, mode.data_parallel) or (COLOCATED_NOT_RUN if layout.colocated else None)
+    not_run = COLOCATED_NOT_RUN if plan.engine == "vllm" else COLOCATED_HF_NOT_RUN
+    return unfit(layout, mode.data_parallel) or (not_run if layout.colocated else None)
 
 
 def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengths,

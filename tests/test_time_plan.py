@@ -109,11 +109,17 @@ def test_vllm_prefills_a_students_prompt_once_for_its_rollouts():
     assert saved == pytest.approx(2 * N * (240 - 120) / (1e9 * 0.5))
 
 
-def test_colocated_layout_gives_every_gpu_to_each_phase_and_pays_the_switch():
-    plan = plan_time(small_config(), DIMS, Layout(2, 2, colocated=True), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST)
+@pytest.mark.parametrize("backend, switch", [("vllm", 2.0), ("hf", 0.0)])
+def test_colocated_layout_gives_every_gpu_to_each_phase_and_pays_the_switch(backend, switch):
+    """vLLM sleeps and wakes (sleep_wake_s); the transformers engine has no sleep mode and stays awake: no switch."""
+    config = small_config(f"inference.backend={backend}")
+    plan = plan_time(config, DIMS, Layout(2, 2, colocated=True), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST)
     phases = {p.name: p.seconds for p in plan.phases}
-    assert phases["switch"] == 2.0 and set(plan.busy()) == {"gpus"}
+    assert phases["switch"] == switch and set(plan.busy()) == {"gpus"} and plan.engine == backend
     assert plan.gpu_busy() == pytest.approx((phases["propose"] + phases["solve"] + phases["train"]) / plan.step_seconds)
+    unmeasured = plan_time(config, DIMS, Layout(2, 2, colocated=True), Cluster(1, 2, "T"), LENGTHS,
+                           {"T": DeviceKind(**{**KIND.__dict__, "sleep_wake_s": None})}, HOST)
+    assert any("sleep_wake_s" in m for m in unmeasured.missing) == (backend == "vllm")
 
 
 def test_candidate_layouts_and_cluster_descriptions():
@@ -164,7 +170,6 @@ def test_every_shipped_constant_names_its_source():
 def launch(capsys, monkeypatch):
     """``launch.py --dry-run ARGS`` in this process (the dry run starts nothing; a subprocess per call cost ~5 s of
     imports): its exit status and output."""
-    import sys
     from pathlib import Path
     from types import SimpleNamespace
 
