@@ -314,6 +314,29 @@ def actor_device() -> str:
     return "cuda" if ray.get_gpu_ids() and not gpu_standin() else "cpu"
 
 
+DETERMINISTIC_ENV = "POPULORA_DETERMINISTIC"
+"""Set to 1 where Ray's nodes start (``bench/gpu_system.py`` does, with ``CUBLAS_WORKSPACE_CONFIG=:4096:8``): the
+learner and engine actors call ``torch.use_deterministic_algorithms(True, warn_only=True)``, so two runs that should
+end equal do so on a GPU too; an op with no deterministic kernel warns in the actor's log instead of failing."""
+
+
+def deterministic_torch(on_cuda: bool) -> bool:
+    """Apply ``DETERMINISTIC_ENV`` in this process (called in the learner and engine actors); whether it is on.
+    ``on_cuda`` (the actor computes on CUDA): attention (``scaled_dot_product_attention``) is also held to its math
+    kernel, as the fused CUDA kernels' backward passes accumulate with atomics (torch only warns about it), the math
+    one is matmuls and a softmax. On the CPU the kernels stay as they are (the switch is process-wide and would move
+    the CPU's own flash kernel to the math one too)."""
+    if os.environ.get(DETERMINISTIC_ENV, "").strip() in ("", "0"):
+        return False
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    for fused in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_cudnn_sdp") if on_cuda else ():
+        if hasattr(torch.backends.cuda, fused):
+            getattr(torch.backends.cuda, fused)(False)
+    return True
+
+
 class SharedPathError(RuntimeError):
     """Some node of the cluster cannot see the run directory or the model directory."""
 

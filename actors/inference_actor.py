@@ -31,7 +31,7 @@ class InferenceActor:
     def __init__(self, backend: str, model_path: str, max_adapters: int, max_lora_rank: int, dtype: str,
                  max_model_len: int, engine_args: dict[str, Any], seed: int, target_modules: tuple[str, ...],
                  sleep_mode: bool = False):
-        from actors.cluster import actor_device, route_actor_output
+        from actors.cluster import actor_device, deterministic_torch, route_actor_output
 
         route_actor_output("inference")  # engine processes inherit it
         import torch
@@ -39,6 +39,7 @@ class InferenceActor:
         from inference import make_engine
 
         device = actor_device()  # "cpu" in the CPU stand-in mode, whatever Ray gave
+        deterministic_torch(device == "cuda")  # POPULORA_DETERMINISTIC (bench/gpu_system.py)
         if device == "cpu":
             torch.set_num_threads(max(1, int(os.environ.get("POPULORA_INFERENCE_THREADS", "1"))))
         hf_options = {"target_modules": tuple(target_modules), "device": device} if backend != "vllm" else {}
@@ -77,6 +78,20 @@ class InferenceActor:
     def sleep_mode(self) -> str:
         """How the engine sleeps, or why it does not."""
         return self.engine.sleep_mode
+
+    def tensor_devices(self) -> dict[str, Any]:
+        """Where this engine's tensors are, read inside its process (``bench/gpu_system.py`` asks during a run): the
+        ``devices`` of every parameter and buffer of the transformers engine's model (its weights and LoRA slots,
+        into which each published adapter is loaded); None for vLLM, whose weights live in its own engine process."""
+        import torch
+
+        model = getattr(self.engine, "model", None)
+        if self.engine.backend == "vllm" or not isinstance(model, torch.nn.Module):
+            return {"devices": None, "reason": f"the {self.engine.backend} engine's tensors are not this process's"}
+        tensors = list(model.parameters()) + list(model.buffers())
+        return {"devices": sorted({str(t.device) for t in tensors}), "pid": os.getpid(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "allocated_now": int(torch.cuda.memory_allocated()) if torch.cuda.is_initialized() else None}
 
     def adapters(self) -> dict[str, int]:
         return self.engine.adapters()

@@ -23,7 +23,7 @@ import ray
 class LearnerActor:
     def __init__(self, model_path: str, members: list[str], lora: dict[str, Any], rl: dict[str, Any],
                  dtype: str, seed: int, cuda_base: dict[str, Any] | None = None, temperature: float = 1.0):
-        from actors.cluster import actor_device, route_actor_output
+        from actors.cluster import actor_device, deterministic_torch, route_actor_output
 
         route_actor_output("learner")  # before any import prints
         import torch
@@ -36,6 +36,7 @@ class LearnerActor:
         from learners.shared_base import CudaBaseOwner, build_on_tensors, map_base, map_cuda_base, materialise_base
 
         on_gpu = actor_device() == "cuda"  # False in the CPU stand-in mode, whatever Ray gave
+        deterministic_torch(on_gpu)  # POPULORA_DETERMINISTIC (bench/gpu_system.py)
         if not on_gpu:
             torch.set_num_threads(max(1, int(os.environ.get("POPULORA_LEARNER_THREADS", "1"))))
         torch.manual_seed(seed)
@@ -55,6 +56,7 @@ class LearnerActor:
             base = build_on_tensors(base_dir, self.base_owner.flat)
         else:
             base = map_cuda_base(cuda_base)
+        self._base_allocated = int(torch.cuda.memory_allocated()) if on_gpu else None  # ``tensor_devices``
         spec = LoRASpec(rank=lora["rank"], alpha=lora["alpha"], num_slots=max(1, len(members)),
                         target_modules=tuple(lora["target_modules"]), rslora=lora["rslora"])
         device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
@@ -71,6 +73,8 @@ class LearnerActor:
                          logit_chunk_tokens=rl["logit_chunk_tokens"], advantage_norm=rl["advantage_norm"]),
             pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0,
         )
+        # what this process holds on its device once built, before any step (``tensor_devices``)
+        self._constructed_allocated = int(torch.cuda.memory_allocated()) if on_gpu else None
 
     def __repr__(self) -> str:
         return f"LearnerActor({ray.get_runtime_context().get_actor_name()})"
@@ -93,6 +97,48 @@ class LearnerActor:
         gc.collect()
         torch.cuda.empty_cache()
         return int(torch.cuda.memory_reserved())
+
+    def tensor_devices(self) -> dict[str, Any]:
+        """Where this learner's tensors are, read inside its process (``bench/gpu_system.py`` asks during a run):
+        ``devices`` of every parameter and buffer of its model (the frozen base and the LoRA slots) and of its
+        optimizer states (AdamW's scalar step counters stay on the CPU by torch's design and are not counted);
+        ``base_bytes`` (the shared base's size), ``base_span`` (the bytes from the first to the end of the last
+        frozen tensor: at most ``base_bytes`` when they are all views of one copy), ``base_held`` (how this process
+        holds it), ``in_shared_file`` (CPU: every frozen tensor inside the mapping of the machine's one base file);
+        ``allocated_after_base`` and ``allocated_after_construction``: ``torch.cuda.memory_allocated()`` once the base
+        was held and when ``__init__`` ended, before any step; ``own_bytes``: what its LoRA slots take in the caching
+        allocator (each tensor rounded up to its 512-byte blocks), so that ``allocated_after_construction - own_bytes``
+        is what construction added besides them (None on CPU: the CPU path's proof is ``in_shared_file``)."""
+        import psutil
+        import torch
+
+        from learners.shared_base import WEIGHTS, read_manifest
+
+        frozen = {t.data_ptr(): t for t in [p for p in self.model.parameters() if not p.requires_grad]
+                  + list(self.model.buffers())}
+        tensors = list(self.model.parameters()) + list(self.model.buffers())
+        for opt in self.learner.optimizers.optimizers:
+            tensors += [v for state in opt.state.values() for v in state.values()
+                        if isinstance(v, torch.Tensor) and v.dim() > 0]
+        starts = list(frozen)
+        ends = [ptr + t.numel() * t.element_size() for ptr, t in frozen.items()]
+        on_gpu = self._constructed_allocated is not None
+        in_file = None
+        if not on_gpu:
+            mapped = [(int(m.addr.split("-")[0], 16), int(m.addr.split("-")[1], 16))
+                      for m in psutil.Process().memory_maps(grouped=False) if m.path.endswith(WEIGHTS)]
+            in_file = all(any(lo <= ptr and end <= hi for lo, hi in mapped) for ptr, end in zip(starts, ends))
+        held = ("a mapping of the machine's base file in /dev/shm" if not on_gpu
+                else "its own CUDA copy, shared by IPC" if self.base_owner is not None
+                else "a CUDA IPC mapping of another learner's copy")
+        return {"devices": sorted({str(t.device) for t in tensors}), "pid": os.getpid(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "base_bytes": int(read_manifest(self.base_dir)["bytes"]), "base_span": max(ends) - min(starts),
+                "base_held": held, "in_shared_file": in_file,
+                "allocated_after_base": self._base_allocated, "allocated_after_construction": self._constructed_allocated,
+                "own_bytes": sum(-(-p.numel() * p.element_size() // 512) * 512 for p in self.model.parameters()
+                                 if p.requires_grad),
+                "allocated_now": int(torch.cuda.memory_allocated()) if on_gpu else None}
 
     def cuda_base_handle(self) -> dict[str, Any] | None:
         """The CUDA IPC handle of the base this learner owns on its GPU (None on CPU)."""

@@ -12,7 +12,28 @@ Parts, each in its own subprocess (a failure or timeout is recorded in the JSON,
 3. ``learner``: ``bench/learner.py --device cuda --widths 7b --layers 28``: one optimizer step of 8 mixed
    adapters vs the same tokens on 1 (and the bmm kernel), the whole 7B-shaped model, the 7B preset's LoRA and
    step settings (``mixed8_vs_single_ratio``, wall seconds, ``max_memory_allocated`` per variant);
-4. ``evolution``: ``bench/evolution.py --device cuda``.
+4. ``evolution``: ``bench/evolution.py --device cuda``;
+5. ``system``: ``bench/gpu_system.py``, the whole loop through Ray on the GPU (issue 43): the tiny default in the
+   one-GPU colocated layout (``resources.colocated=true resources.inference_gpus=1 resources.learner_gpus=1``, the
+   transformers engine, which stays awake), ``run.checkpoint_every=2``, on the tiny ``test`` model (built where not
+   cached, ``model.build_s``; ``--variant default`` for the tiny default's own, ``--model-dir`` for one carried in).
+   (a) a 6-step reference run in which every actor is asked through Ray where its tensors are (read inside the
+   actor: ``tensor_devices``), the second learner's device memory after construction, beyond its own LoRA slots,
+   is under a tenth of the base's bytes (it maps the first learner's copy by CUDA IPC), and the engine's adapter
+   versions change after every step; (b) the student learner SIGKILLed after step 3: the run recovers by itself
+   and ends with the reference's adapters (safetensors bytes), league state and rows; (c) a run stopped after step
+   4 and resumed (``launch.py --resume``) ends equal likewise; (d) seconds per phase beside the time plan's for the
+   GPU's kind (H100, H200), printed, not judged, with the phases the plan misses and why. Bitwise equality under
+   ``torch.use_deterministic_algorithms(True)`` and ``CUBLAS_WORKSPACE_CONFIG=:4096:8``; within
+   ``gpu_system.TOLERANCE`` only where an op without a deterministic kernel warned (named in the JSON). It needs Ray,
+   tqdm, tensorboard and psutil besides ``REQUIRED``: where one does not import the part is recorded as not run
+   with one line naming them and ``bench/pack_gpu_deps.sh``, which prepares them (``ok`` is then false; the other
+   parts still run). A layout too big for the GPU is refused by the memory plan before any actor starts, naming
+   the GPU and the bytes short. Where the sandbox lacks a defence ``verifier.require`` names, the verifiers run
+   with ``verifier.allow_weak_sandbox=true`` and the part says so (``result.sandbox``).
+   ``--standin`` runs this part on CPUs (``POPULORA_GPU_STANDIN=1``: a logical GPU, the actors on their CPU path;
+   expected device ``cpu``; phases planned for the CPU layout): ``python bench/gpu_check.py --parts system
+   --standin`` (2 to 5 minutes on two cores, by their load; most of it starts the five systems).
 
 A bench part runs only where the script's ``--help`` lists the options it is given (``--device``,
 ``--widths``); otherwise it is recorded as not run, with the reason.
@@ -21,12 +42,13 @@ Each part is judged against its goal, not only its exit code (``goal`` and ``pas
 ``gpu_tests`` every GPU test that imports without Ray passes (at least one ran); ``memory_plan`` the plan within
 15% of every measured peak and never under one, and only configurations the plan says do not fit run out of memory
 (the bench's ``within_goal``); ``learner`` 8 mixed adapters cost at most 1.15x one adapter with the same tokens;
-``evolution`` every operator makes a 7B rank-64 child within its time goal. ``ok`` is the conjunction.
+``evolution`` every operator makes a 7B rank-64 child within its time goal; ``system`` every check of
+``bench/gpu_system.py`` (``result.checks``). ``ok`` is the conjunction.
 
 Besides torch, transformers and peft the project's modules need pydantic, trueskill, pyyaml, safetensors and
 pytest (``REQUIRED``); a missing one stops the check at once with one line naming them and how to install them.
 Without a CUDA device every part but the listing is recorded as skipped (``"status": "skipped"``) and ``ok`` is
-false.
+false (the ``system`` part runs with ``--standin``). ``--parts`` picks parts (``--parts system``).
 """
 
 from __future__ import annotations
@@ -46,6 +68,24 @@ REQUIRED = {"torch": "torch", "transformers": "transformers", "peft": "peft", "p
             "trueskill": "trueskill", "yaml": "pyyaml", "safetensors": "safetensors", "pytest": "pytest"}
 """Import name -> PyPI name of what the parts import (no Ray, no vLLM)."""
 LEARNER_RATIO_GOAL = 1.15
+SYSTEM_REQUIRED = {"ray": "ray", "tqdm": "tqdm", "tensorboard": "tensorboard", "psutil": "psutil"}
+"""Import name -> PyPI name of what the ``system`` part needs besides ``REQUIRED`` (``bench/gpu_system.py``'s)."""
+PACK_SCRIPT = "bench/pack_gpu_deps.sh"
+PART_NAMES = ("gpu_tests", "memory_plan", "learner", "evolution", "system")
+
+
+def missing_for_system() -> list[str]:
+    """PyPI names of ``SYSTEM_REQUIRED`` that do not import in this process (imported, not just found: a blocked or
+    broken Ray counts as missing)."""
+    import importlib
+
+    out = []
+    for module, pypi in SYSTEM_REQUIRED.items():
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            out.append(pypi)
+    return out
 
 
 def missing_requirements() -> list[str]:
@@ -73,6 +113,11 @@ def judge(name: str, part: dict) -> dict:
         within = result.get("within_goal") or {}
         return {"goal": f"every operator's 7B rank-64 child within {result.get('goal_s', '?')} s",
                 "passed": part["status"] == "ok" and bool(within) and all(within.values())}
+    if name == "system":
+        checks = result.get("checks") or {}
+        return {"goal": "through Ray on the GPU: every actor's tensors on the device, one base mapped, adapters handed "
+                        "over each step; a killed student learner and a resume from step 4 end equal to the reference",
+                "passed": part["status"] == "ok" and result.get("passed") is True and bool(checks) and all(checks.values())}
     return {"goal": "exit status 0", "passed": part["status"] == "ok"}
 
 
@@ -153,6 +198,25 @@ def part_bench(cmd: list[str], timeout: float) -> dict:
     return result
 
 
+def part_system(cmd: list[str], timeout: float) -> dict:
+    """``bench/gpu_system.py``: its JSON under ``result``; where it did not run (a dependency or the device missing)
+    or the memory plan refused the layout, its reason is the part's."""
+    result = part_bench(cmd, timeout)
+    inner = result.get("result") or {}
+    if inner.get("status") == "not_run":
+        result["status"] = "not_run"
+    if inner.get("reason"):
+        result["reason"] = inner["reason"]
+    if inner.get("phases"):  # (d): printed, not judged
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("gpu_system", ROOT / "bench" / "gpu_system.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.print_phases(inner["phases"])
+    return result
+
+
 def offers(script: str, *options: str) -> tuple[bool, str]:
     """Whether ``python bench/<script> --help`` lists every one of ``options``; and if not, why."""
     try:
@@ -180,9 +244,22 @@ def parts(args: argparse.Namespace) -> dict[str, dict]:
         "evolution": ("evolution.py", ["--device", "cuda"]),
     }
     for name, (script, options) in benches.items():
+        if name not in args.parts:
+            continue
         ok, reason = offers(script, *(o for o in options if o.startswith("--")))
         out[name] = {"command": [py, f"bench/{script}", *options]} if ok else {"skip": reason}
-    return out
+    if "system" in args.parts:
+        missing = missing_for_system()
+        system = [py, "bench/gpu_system.py", "--variant", args.variant]
+        system += ["--standin"] if args.standin else []
+        system += ["--model-dir", str(args.model_dir)] if args.model_dir else []
+        system += ["--gpu-memory-gib", str(args.gpu_memory_gib)] if args.gpu_memory_gib else []
+        system += ["--work-dir", str(args.work_dir)] if args.work_dir else []
+        out["system"] = {"command": system} if not missing else {"skip": (
+            f"the system part needs {', '.join(missing)}, which {'does' if len(missing) == 1 else 'do'} not import "
+            f"here; {PACK_SCRIPT} packs them on a machine online (gpu_deps/), `bash gpu_deps/install.sh DIR` "
+            "installs them here")}
+    return {name: part for name, part in out.items() if name in args.parts}
 
 
 def cuda_info() -> dict:
@@ -203,7 +280,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=28, help="decoder layers of the 7B-shaped model (memory-plan and learner benches)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds allowed to each part")
     parser.add_argument("--dry", action="store_true", help="list the parts and their commands, run nothing")
+    parser.add_argument("--parts", default=",".join(PART_NAMES), help=f"comma-separated parts (default: all: "
+                                                                        f"{','.join(PART_NAMES)})")
+    parser.add_argument("--standin", action="store_true",
+                        help="system part: run it on CPUs in the stand-in mode (POPULORA_GPU_STANDIN=1), no CUDA needed")
+    parser.add_argument("--variant", choices=("test", "default"), default="test",
+                        help="system part: the tiny model variant (default test; default: the tiny default's own)")
+    parser.add_argument("--model-dir", type=Path, help="system part: a model directory built elsewhere (no build here)")
+    parser.add_argument("--work-dir", type=Path, help="system part: keep its run directories and the actors' logs "
+                                                      "here (default: a temporary directory, kept only if it fails)")
+    parser.add_argument("--gpu-memory-gib", type=float,
+                        help="system part: plan the layout for this many GiB per GPU instead of the device's (a test "
+                             "hook for the too-small-GPU refusal)")
     args = parser.parse_args(argv)
+    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = sorted(set(args.parts) - set(PART_NAMES))
+    if unknown:
+        parser.error(f"--parts: unknown {', '.join(unknown)}; choose among {','.join(PART_NAMES)}")
     missing = missing_requirements()
     if missing:
         print(f"gpu_check: this machine lacks {', '.join(missing)}; install them first "
@@ -211,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"ok": False, "missing": missing}))
         return 2
     plan = parts(args)
+    if "skip" in plan.get("system", {}) and not args.dry:
+        print(f"gpu_check: system part not run: {plan['system']['skip']}", file=sys.stderr)
     cuda = cuda_info()
     report: dict = {"cuda": cuda, "parts": {}}
     for name, part in plan.items():
@@ -220,12 +315,13 @@ def main(argv: list[str] | None = None) -> int:
             report["parts"][name] = {"status": "listed", "command": shown, **({"skip": part["skip"]} if "skip" in part else {})}
         elif "skip" in part:
             report["parts"][name] = {"status": "not_run", "reason": part["skip"]}
-        elif not cuda["available"]:
+        elif not cuda["available"] and not (name == "system" and args.standin):
             report["parts"][name] = {"status": "skipped", "reason": f"no CUDA device ({cuda.get('reason')})", "command": shown}
         else:
             print(f"[gpu_check] {name}: {shown}", file=sys.stderr, flush=True)
             try:
                 report["parts"][name] = (part_gpu_tests(args.timeout, args.out.parent) if name == "gpu_tests"
+                                         else part_system(command, args.timeout) if name == "system"
                                          else part_bench(command, args.timeout))
             except Exception as exc:  # a broken part is recorded, the others still run
                 report["parts"][name] = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
