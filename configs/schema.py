@@ -87,7 +87,7 @@ class TasksConfig(Section):
     references_k: int = Field(2, ge=0, le=16, description="Reference tasks from the buffers shown in a proposal prompt (AZR: 6).")
     rollouts_k: int = Field(4, ge=1, le=64, description="Student rollouts per valid task (AZR: 8); rho is their solve fraction.")
     code_f_inputs: int = Field(4, ge=2, le=32, description="Inputs a code_f proposal gives (AZR: 10); half are shown to the student.")
-    buffer_capacity: int = Field(256, ge=1, le=1_000_000, description="FIFO cap of each family's task buffer.")
+    buffer_capacity: int = Field(16384, ge=1, le=1_000_000, description="FIFO cap of each family's task buffer (AZR: 16384).")
     seed_file: Path | None = Field(None, description="Optional JSONL of seed tasks; default seeds with the identity program.")
     prompt_style: Literal["compact", "r1", "chat"] = Field(
         "compact",
