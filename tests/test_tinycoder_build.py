@@ -11,7 +11,7 @@ from tinycoder.build import VARIANTS, BuildSettings, build_model, describe
 from tinycoder.cache import MANIFEST, cache_key
 from tinycoder.corpus import CorpusSettings
 from tinycoder.model import ModelShape, stand_in_model
-from tinycoder.train import TrainSettings, measure_step_seconds
+from tinycoder.train import TrainSettings, measure_step_seconds, native_bf16
 
 MICRO = BuildSettings(
     corpus=CorpusSettings(programs=40, inputs_per_program=5, min_inputs=4),
@@ -67,3 +67,57 @@ def test_default_variant_key_changed_with_its_training_settings():
     assert default.train.batch_tokens != 6144
     assert cache_key(describe(default, 0)) != cache_key(describe(before, 0))
 
+
+
+def test_native_bf16_reads_the_cpu_flags(tmp_path):
+    with_bf16 = tmp_path / "bf16"
+    with_bf16.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512bw\n")
+    without = tmp_path / "plain"
+    without.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n")
+    assert native_bf16(str(with_bf16)) and not native_bf16(str(without))
+    assert not native_bf16(str(tmp_path / "missing"))  # no /proc (macOS): float32
+
+
+def test_auto_precision_resolves_before_the_key_and_float32_keeps_its_old_key(monkeypatch):
+    """The cache key names what is built (bf16 or float32, never "auto"); a float32 build's key is the one it had
+    before precision existed, so caches built then are reused."""
+    import tinycoder.train as train_module
+    from dataclasses import asdict, replace
+
+    from tinycoder.build import prompt_fingerprint, variant_settings
+
+    with pytest.raises(ValueError, match="precision"):
+        TrainSettings(precision="fp16")
+    keys = {}
+    for native in (True, False):
+        monkeypatch.setattr(train_module, "native_bf16", lambda native=native: native)
+        settings = variant_settings("default")
+        assert settings.train.precision == ("bf16" if native else "fp32")
+        keys[native] = cache_key(describe(settings, 0))
+    assert keys[True] != keys[False]
+    fp32 = variant_settings("default")
+    legacy = asdict(fp32)
+    del legacy["train"]["precision"]
+    assert keys[False] == cache_key({"generator": describe(fp32, 0)["generator"], "settings": legacy, "seed": 0,
+                                     "prompts": prompt_fingerprint()})
+    assert variant_settings("test").train.precision == "fp32"  # the test suite's model stays float32 everywhere
+    assert replace(fp32, train=replace(fp32.train, precision="bf16")).train.precision == "bf16"
+
+
+def test_a_bf16_build_trains_float32_weights_deterministically(tmp_path):
+    from dataclasses import replace
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    settings = replace(MICRO, train=replace(MICRO.train, precision="bf16"))
+    first = build_model(settings, 0, tmp_path / "a", progress=False)
+    build_model(settings, 0, tmp_path / "b", progress=False)
+    assert first["settings"]["train"]["precision"] == "bf16"
+    assert first["final_loss"] < first["first_loss"]
+    a = AutoModelForCausalLM.from_pretrained(tmp_path / "a")
+    b = AutoModelForCausalLM.from_pretrained(tmp_path / "b")
+    assert all(p.dtype == torch.float32 for p in a.parameters())  # autocast: the master weights stay float32
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    fp32 = build_model(MICRO, 0, tmp_path / "c", progress=False)
+    assert fp32["final_loss"] != first["final_loss"]  # the forward really ran in bf16

@@ -23,7 +23,7 @@ from tinycoder.corpus import CorpusSettings, VerifiedProgram, build_corpus
 from tinycoder.examples import Example, ExampleMix, ExampleWriter, io_task
 from tinycoder.model import ModelShape, new_model, qwen2_config, stand_in_model
 from tinycoder.tokenizer import reload, save_tokenizer, train_tokenizer
-from tinycoder.train import TrainSettings, cpu_threads, encode, measure_step_seconds, train
+from tinycoder.train import TrainSettings, cpu_threads, encode, measure_step_seconds, resolve_precision, train
 from verifier.prompts import student_prompt, student_response, teacher_prompt, teacher_response
 from verifier.sandbox import Verifier
 from verifier.tasks import identity_task
@@ -52,7 +52,8 @@ VARIANTS: dict[str, BuildSettings] = {
     "default": BuildSettings(
         corpus=CorpusSettings(programs=4000, inputs_per_program=5, min_inputs=4),
         model=ModelShape(hidden=192, layers=4, kv_heads=1, intermediate=768),
-        train=TrainSettings(steps=1500, batch_tokens=4096, lr=2.5e-3, warmup=30),
+        # bf16 autocast where the CPU has native bf16 (~0.65 of a float32 step: docs/tinycoder.md, issue 40)
+        train=TrainSettings(steps=1500, batch_tokens=4096, lr=2.5e-3, warmup=30, precision="auto"),
     ),
     # About a minute: small and quick, for the test suite.
     "test": BuildSettings(
@@ -81,7 +82,10 @@ def prompt_fingerprint() -> str:
 
 def describe(settings: BuildSettings, seed: int) -> dict[str, Any]:
     """What the cache key hashes."""
-    return {"generator": GENERATOR_VERSION, "settings": asdict(settings), "seed": seed, "prompts": prompt_fingerprint()}
+    described = asdict(settings)
+    if described["train"]["precision"] == "fp32":  # float32 builds keep the keys they had before bf16 existed
+        del described["train"]["precision"]
+    return {"generator": GENERATOR_VERSION, "settings": described, "seed": seed, "prompts": prompt_fingerprint()}
 
 
 # Mean tokens of an example and of its completion in the default corpus (measured: 165 and 65).
@@ -123,6 +127,7 @@ def build_model(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    settings = replace(settings, train=resolve_precision(settings.train))
     started = time.perf_counter()
     threads = threads or cpu_threads()
     torch.set_num_threads(threads)
@@ -157,7 +162,8 @@ def build_model(
     torch.manual_seed(seed)
     model = new_model(settings.model, tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
-    _log(progress, f"training a {n_params / 1e6:.1f}M-parameter Qwen2 for {settings.train.steps} steps")
+    _log(progress, f"training a {n_params / 1e6:.1f}M-parameter Qwen2 for {settings.train.steps} steps"
+                   + (" (bf16 autocast: this CPU has native bf16)" if settings.train.precision == "bf16" else ""))
     losses = train(model, data, settings.train, tokenizer.pad_token_id, seed, progress=progress, threads=threads)
     timings["train_s"] = time.perf_counter() - t0
 
@@ -198,7 +204,9 @@ def _write_seed_tasks(corpus: list[VerifiedProgram], count: int, path: Path, rng
 
 
 def variant_settings(variant: str, **overrides: Any) -> BuildSettings:
-    """The settings of a named variant, optionally with top-level fields replaced."""
+    """The settings of a named variant on this machine (``precision="auto"`` resolved, so the cache key names
+    what is built), optionally with top-level fields replaced."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown tiny-coder variant {variant!r}; valid: {', '.join(VARIANTS)}")
-    return replace(VARIANTS[variant], **overrides) if overrides else VARIANTS[variant]
+    settings = replace(VARIANTS[variant], **overrides) if overrides else VARIANTS[variant]
+    return replace(settings, train=resolve_precision(settings.train))
