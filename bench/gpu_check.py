@@ -300,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = missing_requirements()
     if missing:
         print(f"gpu_check: this machine lacks {', '.join(missing)}; install them first "
-              f"(pip install {' '.join(missing)}, or carry their wheels) and run the check again", file=sys.stderr)
+              f"(pip install {' '.join(missing)}; without a network: bash bench/pack_gpu_deps.sh on a machine online, "
+              f"carry gpu_deps, then bash gpu_deps/install.sh DIR and PYTHONPATH=DIR) and run the check again", file=sys.stderr)
         print(json.dumps({"ok": False, "missing": missing}))
         return 2
     plan = parts(args)
