@@ -74,6 +74,13 @@ PACK_SCRIPT = "bench/pack_gpu_deps.sh"
 PART_NAMES = ("gpu_tests", "memory_plan", "learner", "evolution", "system")
 
 
+def missing_line(missing: list[str]) -> str:
+    """The one line that names what the system part lacks here and the script that provides it."""
+    return (f"the system part needs {', '.join(missing)}, which {'does' if len(missing) == 1 else 'do'} not import "
+            f"here; {PACK_SCRIPT} packs them on a machine online (gpu_deps/), `bash gpu_deps/install.sh DIR` installs "
+            "them here (see its header); then run the check again")
+
+
 def missing_for_system() -> list[str]:
     """PyPI names of ``SYSTEM_REQUIRED`` that do not import in this process (imported, not just found: a blocked or
     broken Ray counts as missing)."""
@@ -255,10 +262,7 @@ def parts(args: argparse.Namespace) -> dict[str, dict]:
         system += ["--model-dir", str(args.model_dir)] if args.model_dir else []
         system += ["--gpu-memory-gib", str(args.gpu_memory_gib)] if args.gpu_memory_gib else []
         system += ["--work-dir", str(args.work_dir)] if args.work_dir else []
-        out["system"] = {"command": system} if not missing else {"skip": (
-            f"the system part needs {', '.join(missing)}, which {'does' if len(missing) == 1 else 'do'} not import "
-            f"here; {PACK_SCRIPT} packs them on a machine online (gpu_deps/), `bash gpu_deps/install.sh DIR` "
-            "installs them here")}
+        out["system"] = {"command": system} if not missing else {"skip": missing_line(missing)}
     return {name: part for name, part in out.items() if name in args.parts}
 
 

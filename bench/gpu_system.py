@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import os
 import re
@@ -67,9 +66,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SYSTEM_REQUIRED = {"ray": "ray", "tqdm": "tqdm", "tensorboard": "tensorboard", "psutil": "psutil"}
-"""Import name -> PyPI name of what the system needs beyond ``bench/gpu_check.py``'s ``REQUIRED``."""
-PACK_SCRIPT = "bench/pack_gpu_deps.sh"
+sys.path.insert(0, str(ROOT / "bench"))
+from calibrate import gpu_kind  # noqa: E402
+from planning.time_constants import DEVICE_KINDS  # noqa: E402
+from reporting.run_dir import comparable_state  # noqa: E402
+from gpu_check import missing_for_system, missing_line  # noqa: E402  (standard library only)
 LAYOUT = ["resources.colocated=true", "resources.inference_gpus=1", "resources.learner_gpus=1", "inference.backend=hf",
           "run.dashboard=false"]
 DETERMINISM_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "POPULORA_DETERMINISTIC": "1"}
@@ -93,30 +94,6 @@ WHY_MISSED = {
     "checkpoint": "each learner writes and fsyncs its files, the driver its own, manifests and renames: fixed costs "
                   "beside the plan's bytes/bandwidth term",
 }
-
-
-def missing_modules(names: dict[str, str]) -> list[str]:
-    """PyPI names of ``names``' modules that do not import in this process."""
-    out = []
-    for module, pypi in names.items():
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            out.append(pypi)
-    return out
-
-
-def missing_line(missing: list[str]) -> str:
-    return (f"the system part needs {', '.join(missing)}, which {'does' if len(missing) == 1 else 'do'} not import "
-            f"here; {PACK_SCRIPT} packs them on a machine online (gpu_deps/), `bash gpu_deps/install.sh DIR` installs "
-            "them here (see its header); then run the check again")
-
-
-def device_kind(name: str) -> str | None:
-    """The time plan's kind of a CUDA device name (``NVIDIA H100 80GB HBM3`` -> ``H100``), or None."""
-    from planning.time_constants import DEVICE_KINDS
-
-    return next((k for k in DEVICE_KINDS if k != "cpu" and k.lower() in name.lower()), None)
 
 
 # ----------------------------------------------------------------------------------------- one run, watched
@@ -253,19 +230,6 @@ def watched_run(config: Any, view: Any, names: list[str], kill: tuple[int, str] 
 
 
 # ----------------------------------------------------------------------------------------- comparisons
-
-
-def run_state(run_dir: Path, step: int) -> tuple[dict, dict[str, bytes], list[dict]]:
-    """What two runs that should end equal are compared by (``tests/short_runs.run_state``): the league state and the
-    adapter files of checkpoint ``step-<step>``, and the step rows without their timings."""
-    from reporting.run_dir import RunDirectory
-
-    checkpoint = run_dir / "checkpoints" / f"step-{step}"
-    league = json.loads((checkpoint / "league.json").read_text())
-    adapters = {p.relative_to(checkpoint).as_posix(): p.read_bytes()
-                for p in sorted((checkpoint / "learners").rglob("adapter_model.safetensors"))}
-    rows = [{k: v for k, v in r.items() if k != "phase_seconds"} for r in RunDirectory(run_dir).read_metrics()]
-    return league, adapters, rows
 
 
 def max_difference(a: Any, b: Any, path: str = "") -> tuple[float, str | None]:
@@ -497,7 +461,7 @@ def print_phases(phases: dict[str, Any]) -> None:
 def prepare(args: argparse.Namespace, result: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
     """Everything before Ray starts: dependencies, the device, the model, the plan, the sandbox. Returns an exit code
     where the part cannot run (``result`` then says why), else None and what the runs need."""
-    missing = missing_modules(SYSTEM_REQUIRED)
+    missing = missing_for_system()
     if missing:
         line = missing_line(missing)
         print(f"gpu_system: {line}", file=sys.stderr)
@@ -520,7 +484,8 @@ def prepare(args: argparse.Namespace, result: dict[str, Any]) -> tuple[int | Non
         props = torch.cuda.get_device_properties(0)
         name, memory, expected = props.name, int(props.total_memory), "cuda"
         why = "Ray gives each GPU actor the GPU; actors.cluster.actor_device picks CUDA"
-    kind = args.kind or ("cpu" if args.standin else device_kind(name))
+    kind = args.kind or ("cpu" if args.standin else gpu_kind(name))
+    kind = kind if kind in DEVICE_KINDS else None  # a GPU the time plan has no constants for
     result["device"] = {"name": name, "memory_gib": round(memory / 2**30, 2) if memory else None, "kind": kind,
                         "expected_tensor_device": expected, "why": why, "torch": torch.__version__}
     os.environ.update(DETERMINISM_ENV)  # for Ray's workers (learners, engine); see actors.cluster.deterministic_torch
@@ -636,11 +601,11 @@ def run_parts(args: argparse.Namespace, result: dict[str, Any], config: Any, ove
         ray.shutdown()
     ops = nondeterministic_ops(logs)
     result["determinism"]["nondeterministic_ops"] = ops
-    reference_state = run_state(work / "reference", args.steps) if checks["reference_ran"] else None
+    reference_state = comparable_state(work / "reference", args.steps) if checks["reference_ran"] else None
     for part, key, run in (("b", "kill", "killed"), ("c", "resume", "stopped")):
         if part in args.parts:
             done = (checks["kill_recovered"] if part == "b" else checks["resume_ran"]) and reference_state is not None
-            result[key]["compare"] = (compare(reference_state, run_state(work / run, args.steps), bool(ops)) if done
+            result[key]["compare"] = (compare(reference_state, comparable_state(work / run, args.steps), bool(ops)) if done
                                       else {"equal": None, "passed": False, "reason": "a run did not finish"})
             checks[f"{key}_equal"] = result[key]["compare"]["passed"]
     if "d" in args.parts and checks["reference_ran"]:

@@ -67,7 +67,7 @@ HAVE=(
   # peft and its requirements (accelerate, psutil)
   peft accelerate psutil
 )
-# What the device machines' image ('cuda') is recorded to hold besides (/work/.library/device/KINDS.md, "Python
+# What the device machines' image ('cuda') is recorded to hold besides (the device tool's KINDS.md, "Python
 # packages already there", read 2026-11-17), among the large packages the project needs in loose ranges only.
 # Left out unless --full: with them the bundle does not fit the 64 MiB that travel (70 MiB measured for 3.11).
 # The small ones the image also holds (click, msgpack, protobuf, aiohttp, requests, attrs, ...) are packed

@@ -196,3 +196,15 @@ class RunDirectory(CheckpointStore):
     @staticmethod
     def read_json(path: Path) -> Any:
         return json.loads(path.read_text())
+
+
+def comparable_state(run_dir: Path, step: int) -> tuple[dict, dict[str, bytes], list[dict]]:
+    """What two runs that should end equal are compared by (a killed-and-recovered or resumed run against one without
+    the fault): the league state and the adapter files of checkpoint ``step-<step>``, and the step rows without their
+    timings."""
+    checkpoint = Path(run_dir) / "checkpoints" / f"step-{step}"
+    league = json.loads((checkpoint / "league.json").read_text())
+    adapters = {p.relative_to(checkpoint).as_posix(): p.read_bytes()
+                for p in sorted((checkpoint / "learners").rglob("adapter_model.safetensors"))}
+    rows = [{k: v for k, v in r.items() if k != "phase_seconds"} for r in RunDirectory(run_dir).read_metrics()]
+    return league, adapters, rows

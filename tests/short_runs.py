@@ -63,16 +63,8 @@ def launched(run_dir: Path, *args: str) -> Launched:
 
 
 def run_state(run_dir: Path, step: int) -> tuple[dict, dict[str, bytes], list[dict]]:
-    """What two runs that should end equal are compared by: the league state and the adapter files of checkpoint
-    ``step-<step>``, and the step rows without their timings."""
-    import json
+    """``reporting.run_dir.comparable_state``: league, adapter files of checkpoint ``step-<step>``, rows without timings."""
+    from reporting.run_dir import comparable_state
 
-    from reporting.run_dir import RunDirectory
-
-    checkpoint = run_dir / "checkpoints" / f"step-{step}"
-    league = json.loads((checkpoint / "league.json").read_text())
-    adapters = {p.relative_to(checkpoint).as_posix(): p.read_bytes()
-                for p in sorted((checkpoint / "learners").rglob("adapter_model.safetensors"))}
-    rows = [{k: v for k, v in r.items() if k != "phase_seconds"} for r in RunDirectory(run_dir).read_metrics()]
-    return league, adapters, rows
+    return comparable_state(run_dir, step)
 
