@@ -55,9 +55,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -144,19 +147,38 @@ def last_json_line(text: str) -> dict | None:
 
 
 def run(cmd: list[str], timeout: float) -> dict:
-    """Run ``cmd`` in the repository root; return code, seconds, the tails of its output, or the timeout."""
+    """Run ``cmd`` in the repository root; return code, seconds, the tails of its output, or the timeout.
+    The part runs in its own process group with its output in files (not pipes a leftover grandchild could hold
+    open): on a timeout the whole group (a Ray cluster the part started, its workers, sandboxed children) gets
+    SIGTERM, then SIGKILL 15 s later, and both tails are kept, so the JSON says where the part was."""
     start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return {"status": "timeout", "seconds": round(time.perf_counter() - start, 1), "stdout_tail": out[-2000:]}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=err, text=True, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(timeout=15)
+                    break
+                except ProcessLookupError:
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        seconds = round(time.perf_counter() - start, 1)
+        stdout, stderr = (f.seek(0) or f.read() for f in (out, err))
+    if timed_out:
+        return {"status": "timeout", "seconds": seconds, "timeout_s": timeout, "stdout_tail": stdout[-2000:],
+                "stderr_tail": stderr[-3000:]}
     return {
         "status": "ok" if proc.returncode == 0 else "failed",
         "returncode": proc.returncode,
-        "seconds": round(time.perf_counter() - start, 1),
-        "stdout": proc.stdout,
-        "stderr_tail": proc.stderr[-3000:],
+        "seconds": seconds,
+        "stdout": stdout,
+        "stderr_tail": stderr[-3000:],
     }
 
 

@@ -215,6 +215,8 @@ def watched_run(config: Any, view: Any, names: list[str], kill: tuple[int, str] 
 
         latest = RunDirectory(run_dir).latest_checkpoint()
         last = int(latest.name.split("-")[1]) + config.run.steps if latest else config.run.steps
+    what = f"resume to step {last}" if resume else f"{last} steps" + (f", SIGKILL {kill[1]} after step {kill[0]}" if kill else "")
+    print(f"[gpu_system] {run_dir.name}: starting ({what})", file=sys.stderr, flush=True)  # a timeout's tail shows where
     watcher = Watcher(run_dir, names, last, kill, watch)
     watcher.start()
     try:
@@ -224,6 +226,7 @@ def watched_run(config: Any, view: Any, names: list[str], kill: tuple[int, str] 
         watcher.join(60)
     from reporting.run_dir import RunDirectory
 
+    print(f"[gpu_system] {run_dir.name}: exit {code} after {seconds:.1f} s", file=sys.stderr, flush=True)
     run = RunDirectory(run_dir)
     return {"exit_code": code, "seconds": seconds, "steps": [r["step"] for r in run.read_metrics()],
             "status": run.read_status(), "recoveries": run.read_events("recovery")}, watcher

@@ -254,6 +254,28 @@ def test_gpu_check_sorts_ray_collection_errors_from_failures(tmp_path):
     assert (summary["tests"], summary["failures"], summary["errors"], summary["skipped"]) == (3, 1, 1, 1)
 
 
+def test_gpu_check_a_part_that_times_out_keeps_both_tails_and_leaves_no_process(tmp_path):
+    """A part past its limit: the JSON keeps what it wrote to stdout and stderr (the system part's progress is on
+    stderr), and the part's whole process group is ended, a grandchild it started included."""
+    import time
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_check import run
+
+    pid_file = tmp_path / "grandchild.pid"
+    script = ("import subprocess, sys, time; child = subprocess.Popen(['sleep', '300']); "
+              f"open({str(pid_file)!r}, 'w').write(str(child.pid)); "
+              "print('out-marker', flush=True); print('err-marker', file=sys.stderr, flush=True); time.sleep(300)")
+    result = run([sys.executable, "-c", script], timeout=3)
+    assert result["status"] == "timeout" and result["seconds"] < 30
+    assert "out-marker" in result["stdout_tail"] and "err-marker" in result["stderr_tail"]
+    grandchild = Path(f"/proc/{pid_file.read_text()}/stat")
+    deadline = time.time() + 10
+    while grandchild.exists() and grandchild.read_text().split(")")[-1].split()[0] != "Z" and time.time() < deadline:
+        time.sleep(0.1)
+    assert not grandchild.exists() or grandchild.read_text().split(")")[-1].split()[0] == "Z"
+
+
 def _bench_memory_plan():
     """``bench/memory_plan.py`` as a module: its ``predict`` and ``judge`` are what the bench reports."""
     import importlib.util
