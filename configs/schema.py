@@ -467,6 +467,18 @@ class Config(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _tensor_parallelism_is_vllms(self) -> "Config":
+        """The transformers engine runs each replica on one device: with ``resources.tensor_parallel_size`` > 1 a
+        replica would hold that many GPUs and use one."""
+        if self.inference.backend == "hf" and self.resources.tensor_parallel_size > 1:
+            raise ValueError(
+                f"resources.tensor_parallel_size={self.resources.tensor_parallel_size} splits each engine replica over "
+                "that many GPUs, which only vLLM does; inference.backend='hf' (transformers) runs a replica on one GPU: "
+                "set resources.tensor_parallel_size=1 (more replicas instead) or inference.backend=vllm"
+            )
+        return self
+
     def overlap_drains_after(self, step: int, last_step: int) -> bool:
         """Whether an overlapped run (``run.max_staleness: 1``) lets its pipeline drain after ``step``: after a
         checkpoint step, an evolution step and the last step, step + 1 is generated only after update ``step``
