@@ -47,10 +47,11 @@ def head():
     env = {**os.environ, "TMPDIR": temp, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     env.pop("RAY_ADDRESS", None)
     gcs, agent, metrics, client = free_ports(4)  # not the defaults another cluster on this machine may hold
-    ray_cmd = str(Path(sys.executable).with_name("ray"))
+    # The CLI through this interpreter: a `ray` script may not sit beside it (Ray on PYTHONPATH, a user install).
+    ray_cmd = [sys.executable, "-m", "ray.scripts.scripts"]
     try:
         start = subprocess.run(
-            [ray_cmd, "start", "--head", "--num-cpus", "4", "--include-dashboard=false", "--disable-usage-stats",
+            [*ray_cmd, "start", "--head", "--num-cpus", "4", "--include-dashboard=false", "--disable-usage-stats",
              f"--port={gcs}", f"--dashboard-agent-listen-port={agent}", f"--metrics-export-port={metrics}",
              f"--ray-client-server-port={client}"],
             env=env, capture_output=True, text=True, timeout=180)
