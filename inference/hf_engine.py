@@ -22,6 +22,7 @@ factors in place.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,8 @@ class HFEngine(EngineBase):
         spec = LoRASpec(rank=max_lora_rank, alpha=float(max_lora_rank), num_slots=max_adapters,
                         target_modules=tuple(target_modules))
         self.model = MultiLoRAModel(base, spec, strategy=strategy)
+        # transformers renames forward's past_key_values to cache (5.2x warns; 5.40 drops the old name)
+        self._cache_kwarg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
         self.max_batch_rows = max_batch_rows
         self._free_slots = list(range(max_adapters))
         self._slot_of: dict[str, int] = {}
@@ -152,7 +155,7 @@ class HFEngine(EngineBase):
         self.model.set_adapter_index([r.slot for r in rows])
         try:
             out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                             past_key_values=cache, use_cache=True, logits_to_keep=1)
+                             use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
             while True:
                 batch = [rows[i] for i in live]
                 live_index = torch.tensor(live, device=dev)
@@ -172,7 +175,7 @@ class HFEngine(EngineBase):
                 mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
                 positions = positions[:, -1:] + 1
                 out = self.model(input_ids=tokens[:, None].to(dev), attention_mask=mask, position_ids=positions,
-                                 past_key_values=cache, use_cache=True)
+                                 use_cache=True, **{self._cache_kwarg: cache})
         finally:
             self.model.set_adapter_index(None)
 
