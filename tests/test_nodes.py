@@ -106,8 +106,10 @@ def check_layout(plan: PlacementPlan, placed: dict[str, tuple[str, tuple[str, ..
 
 
 def sized(inference: int, learners: int, tp: int = 1, preset: Path | None = None):
+    # tensor parallelism is vLLM's: the tiny presets name the transformers engine, so tp > 1 plans the auto one
+    backend = ["inference.backend=auto"] if tp > 1 else []
     return load_config(preset, [f"resources.inference_gpus={inference}", f"resources.learner_gpus={learners}",
-                                f"resources.tensor_parallel_size={tp}"])
+                                f"resources.tensor_parallel_size={tp}", *backend])
 
 
 def test_every_layout_is_placed_on_one_node_and_on_two(cluster, tmp_path):
