@@ -273,14 +273,15 @@ lines = open(sys.argv[1]).read().splitlines()
 packed = [l.strip() for l in lines if l.strip() and not l.startswith("#")]
 project = [l[len("# project: "):] for l in lines if l.startswith("# project: ")]
 problems = []
-for text in project:  # the project's own requirements (pyproject.toml), packed or this machine's
-    req = Requirement(text)
+def check(who, req):
     try:
         found = md.version(req.name)
     except md.PackageNotFoundError:
-        problems.append(f"the project needs {req}: missing"); continue
+        problems.append(f"{who} needs {req}: missing"); return
     if req.specifier and not req.specifier.contains(found, prereleases=True):
-        problems.append(f"the project needs {req}: {found} here")
+        problems.append(f"{who} needs {req}: {found} here")
+for text in project:  # the project's own requirements (pyproject.toml), packed or this machine's
+    check("the project", Requirement(text))
 for line in packed:
     name = line.split("==")[0]
     try:
@@ -291,14 +292,8 @@ for line in packed:
         problems.append(f"{name}: {dist.version} found first on sys.path, {line} packed")
     for text in dist.requires or []:
         req = Requirement(text)
-        if req.marker and not req.marker.evaluate({"extra": ""}):
-            continue
-        try:
-            found = md.version(req.name)
-        except md.PackageNotFoundError:
-            problems.append(f"{name} needs {req}: missing"); continue
-        if req.specifier and not req.specifier.contains(found, prereleases=True):
-            problems.append(f"{name} needs {req}: {found} here")
+        if not req.marker or req.marker.evaluate({"extra": ""}):
+            check(name, req)
 for line in sorted(set(problems)):
     print("[install] unmet:", line)
 failed = []
