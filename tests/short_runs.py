@@ -61,10 +61,3 @@ def launched(run_dir: Path, *args: str) -> Launched:
     done = launch(*args)
     return Launched(run_dir, done.returncode, done.stdout, done.stderr)
 
-
-def run_state(run_dir: Path, step: int) -> tuple[dict, dict[str, bytes], list[dict]]:
-    """``reporting.run_dir.comparable_state``: league, adapter files of checkpoint ``step-<step>``, rows without timings."""
-    from reporting.run_dir import comparable_state
-
-    return comparable_state(run_dir, step)
-

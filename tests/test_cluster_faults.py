@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 import ray
 
-from short_runs import SHORT, run_state
+from reporting.run_dir import comparable_state as run_state
+from short_runs import SHORT
 from standin_cluster import standin_cluster
 
 from configs import load_config

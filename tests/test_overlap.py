@@ -21,7 +21,8 @@ from actors.cluster import NAMESPACE
 from actors.loop import drains_after
 from configs import load_config
 from reporting.run_dir import RunDirectory
-from short_runs import SHORT, run_state
+from reporting.run_dir import comparable_state as run_state
+from short_runs import SHORT
 
 OVERLAP = ["rl.importance_correction=tis", "run.max_staleness=1", "resources.inference_cpus=1", "resources.learner_cpus=1"]
 # 4 steps, checkpoints after 2 and 4, evolution at 4: boundaries 1->2 and 3->4 overlap, 2->3 drains.

@@ -28,7 +28,8 @@ from checkpoints import CheckpointWriteError
 from reporting.run_dir import RunDirectory
 from configs import load_config
 
-from short_runs import ROOT, launch_env, run_state
+from reporting.run_dir import comparable_state as run_state
+from short_runs import ROOT, launch_env
 from short_runs import SHORT as BASE_SHORT
 
 STEPS = 6
