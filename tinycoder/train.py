@@ -15,6 +15,7 @@ which saves most of its cost because prompts are the longer part.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -37,6 +38,7 @@ PRECISIONS = ("fp32", "bf16", "auto")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
+@functools.cache
 def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this CPU multiplies bfloat16 natively (an x86 flag of ``BF16_CPU_FLAGS`` on Linux). Elsewhere
     torch emulates bf16 and a bf16 step is slower than a float32 one, so ``"auto"`` means float32 there."""
@@ -165,10 +167,11 @@ def measure_step_seconds(
     target = torch.zeros((rows, example_len - 1), dtype=torch.bool)
     target[:, example_len - 1 - completion_len :] = True
     opt = make_optimizer(model, settings)
+    precision = resolve_precision(settings).precision
     times = []
     for i in range(steps + 1):
         t0 = time.perf_counter()
-        train_step(model, opt, ids, attn, target, settings.grad_clip, resolve_precision(settings).precision)
+        train_step(model, opt, ids, attn, target, settings.grad_clip, precision)
         if i:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
