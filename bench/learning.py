@@ -33,7 +33,7 @@ from inference import make_engine  # noqa: E402
 from inference.requests import GenerationRequest  # noqa: E402
 from configs.loading import load_config  # noqa: E402
 from reporting.run_dir import RunDirectory  # noqa: E402
-from tinycoder import ensure_model  # noqa: E402
+from tinycoder import VARIANTS, ensure_model  # noqa: E402
 from tinycoder.corpus import CorpusSettings, build_corpus  # noqa: E402
 from tinycoder.examples import f_task, io_task  # noqa: E402
 from verifier import Verifier  # noqa: E402
@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--samples", type=int, default=4, help="answers per probe task and student")
     parser.add_argument("--probes", type=int, default=120, help="held-out probe tasks")
-    parser.add_argument("--variant", default="default", choices=("default", "test"))
+    parser.add_argument("--variant", default="default", choices=sorted(VARIANTS))
     parser.add_argument("--keep", type=Path, default=None, help="keep the two run directories under this folder")
     parser.add_argument("--score-only", action="store_true",
                         help="score the runs already under --keep (no training; pass the overrides they ran with)")

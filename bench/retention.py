@@ -62,7 +62,7 @@ from learners.batching import Sample  # noqa: E402
 from learners.multi_lora import LoRASpec, MultiLoRAModel  # noqa: E402
 from learners.pg_loss import PGConfig  # noqa: E402
 from learners.policy_learner import PolicyLearner, UpdateConfig  # noqa: E402
-from tinycoder import ensure_model  # noqa: E402
+from tinycoder import VARIANTS, ensure_model  # noqa: E402
 from verifier import Verifier  # noqa: E402
 from verifier.families import judge_answers  # noqa: E402
 from verifier.prompts import student_prompt  # noqa: E402
@@ -190,7 +190,7 @@ class Bench:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--variant", default="default", choices=("default", "test"))
+    parser.add_argument("--variant", default="default", choices=sorted(VARIANTS))
     parser.add_argument("--model-dir", default="",
                         help="an already built tiny model directory (e.g. a cached one, to compare with an earlier run); "
                              "default: the variant's, built if missing")

@@ -51,7 +51,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa
 from inference import GenerationRequest, make_engine  # noqa: E402
 from configs.loading import load_config  # noqa: E402
 from tinycoder import BUILD_ENV, ensure_model, model_dir  # noqa: E402
-from tinycoder.build import TYPICAL_EXAMPLE, variant_settings  # noqa: E402
+from tinycoder.build import TYPICAL_EXAMPLE, VARIANTS, variant_settings  # noqa: E402
 from tinycoder.cache import MANIFEST  # noqa: E402
 from tinycoder.model import stand_in_model  # noqa: E402
 from tinycoder.train import cpu_threads, measure_step_seconds  # noqa: E402
@@ -215,7 +215,7 @@ def step_timing(variant: str, rounds: int) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variant", default="default", choices=["default", "test"])
+    parser.add_argument("--variant", default="default", choices=list(VARIANTS))
     parser.add_argument("--seed", type=int, default=0, help="build seed of the model")
     parser.add_argument("--proposals", type=int, default=40, help="teacher proposals per family")
     parser.add_argument("--baseline-proposals", type=int, default=10, help="random-init proposals per family")

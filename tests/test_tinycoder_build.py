@@ -121,3 +121,41 @@ def test_a_bf16_build_trains_float32_weights_deterministically(tmp_path):
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     fp32 = build_model(MICRO, 0, tmp_path / "c", progress=False)
     assert fp32["final_loss"] != first["final_loss"]  # the forward really ran in bf16
+
+
+def test_prompt_loss_weight_weights_prompt_tokens_and_zero_keeps_the_old_loss_and_key():
+    """``w_t``: 1 before a completion token, ``prompt_loss_weight`` before a prompt token, 0 before padding; the
+    loss is ``sum_t w_t CE_t / sum_t w_t``. Weight 0 is the completion-only mean and leaves the cache key as it was."""
+    from dataclasses import asdict, replace
+
+    import torch
+    import torch.nn.functional as F
+
+    from tinycoder.build import prompt_fingerprint
+    from tinycoder.train import Encoded, collate, completion_loss
+
+    with pytest.raises(ValueError, match="prompt_loss_weight"):
+        TrainSettings(prompt_loss_weight=1.5)
+    data = [Encoded([5, 6, 7, 8, 9, 10], 3), Encoded([11, 12, 13, 14], 2)]
+    ids, attn, w = collate(data, [0, 1], pad_id=0, prompt_loss_weight=0.25)
+    assert w.tolist() == [[0.25, 0.25, 1, 1, 1], [0.25, 1, 1, 0, 0]]
+    assert collate(data, [0, 1], pad_id=0)[2].tolist() == [[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]]
+
+    torch.manual_seed(0)
+    model = stand_in_model(MICRO.model, MICRO.vocab_size).eval()
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none").view(w.shape)
+        expected = (ce * w).sum() / w.sum()
+        completion_only = ce[w == 1].mean()
+        assert completion_loss(model, ids, attn, w).item() == pytest.approx(expected.item(), rel=1e-5)
+        assert completion_loss(model, *collate(data, [0, 1], pad_id=0)).item() == pytest.approx(completion_only.item(), rel=1e-5)
+        assert abs(expected.item() - completion_only.item()) > 1e-3  # the prompt really counts
+
+    weighted = replace(MICRO, train=replace(MICRO.train, prompt_loss_weight=0.25))
+    assert cache_key(describe(weighted, 0)) != cache_key(describe(MICRO, 0))
+    legacy = asdict(MICRO)
+    del legacy["train"]["precision"]
+    del legacy["train"]["prompt_loss_weight"]
+    assert cache_key(describe(MICRO, 0)) == cache_key(
+        {"generator": describe(MICRO, 0)["generator"], "settings": legacy, "seed": 0, "prompts": prompt_fingerprint()})

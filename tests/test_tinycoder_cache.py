@@ -92,3 +92,12 @@ def test_unknown_variant_and_bad_seed_are_clear_errors(tmp_path):
         ensure_model("huge", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="seed"):
         ensure_model("test", seed=-1, cache_dir=tmp_path)
+
+
+def test_the_config_schema_names_every_variant():
+    """``model.tiny_variant`` is validated before torch is imported, so the schema lists the variants itself."""
+    from typing import get_args
+
+    from configs.schema import ModelConfig
+
+    assert set(get_args(ModelConfig.model_fields["tiny_variant"].annotation)) == set(VARIANTS)

@@ -1,4 +1,4 @@
-"""``python -m tinycoder [--variant default|test] [--seed N]``: build (or find) the model, print its path."""
+"""``python -m tinycoder [--variant default|test|stronger] [--seed N]``: build (or find) the model, print its path."""
 
 from __future__ import annotations
 

@@ -8,9 +8,11 @@ dot products (``avx512_bf16``/``amx_bf16``) takes ~0.6-0.7 of a float32 step (do
 hold examples of similar length (sorted, then cut at a padded-token budget) and are visited in a
 seeded random order each epoch.
 
-Loss, per batch: ``-(1/N) * sum_{t in completion} log p(x_t | x_<t)`` over the N completion tokens
-(the prompt tokens condition but are not predicted). The LM head runs on those N positions only,
-which saves most of its cost because prompts are the longer part.
+Loss, per batch: ``-(sum_t w_t log p(x_t | x_<t)) / sum_t w_t`` with ``w_t = 1`` on completion tokens and
+``w_t = prompt_loss_weight`` on prompt tokens (after the first). With the weight 0 (the default) it is the mean
+over the N completion tokens and the prompt only conditions; a weight > 0 also teaches the programs, inputs and
+outputs the prompts show, at no extra cost but the LM head on those positions (issue 40). The LM head runs only
+on positions of weight > 0, which saves most of its cost when the prompts are not predicted.
 """
 
 from __future__ import annotations
@@ -70,10 +72,13 @@ class TrainSettings:
     grad_clip: float = 1.0
     max_len: int = 1024
     precision: str = "fp32"  # "fp32", "bf16" (autocast forward), or "auto": bf16 where the CPU has it natively
+    prompt_loss_weight: float = 0.0  # w_t of a prompt token in the loss (module docstring); 0: completions only
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"TrainSettings.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if not 0.0 <= self.prompt_loss_weight <= 1.0:
+            raise ValueError(f"TrainSettings.prompt_loss_weight must be in [0, 1], got {self.prompt_loss_weight}")
         if self.steps < 1:
             raise ValueError(f"TrainSettings.steps must be >= 1, got {self.steps}")
         if self.batch_tokens < self.max_len:
@@ -118,27 +123,35 @@ def make_batches(data: Sequence[Encoded], batch_tokens: int, rng: random.Random)
     return batches
 
 
-def collate(data: Sequence[Encoded], batch: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ids, attention mask, and the mask of positions whose *next* token is a completion token."""
+def collate(
+    data: Sequence[Encoded], batch: list[int], pad_id: int, prompt_loss_weight: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, attention mask, and the loss weight ``w`` of each position's *next* token
+    (float32, ``[rows, width - 1]``): 1 before a completion token, ``prompt_loss_weight`` before a prompt
+    token, 0 before padding."""
     width = max(len(data[i].ids) for i in batch)
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(batch), width), dtype=torch.long)
-    target = torch.zeros((len(batch), width - 1), dtype=torch.bool)
+    target = torch.zeros((len(batch), width - 1), dtype=torch.float32)
     for row, i in enumerate(batch):
         item = data[i]
         n = len(item.ids)
         ids[row, :n] = torch.tensor(item.ids)
         attn[row, :n] = 1
-        target[row, item.prompt_len - 1 : n - 1] = True
+        target[row, : item.prompt_len - 1] = prompt_loss_weight
+        target[row, item.prompt_len - 1 : n - 1] = 1.0
     return ids, attn, target
 
 
 def completion_loss(model: Qwen2ForCausalLM, ids: torch.Tensor, attn: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over completion tokens (module docstring)."""
+    """Weighted mean next-token cross-entropy ``sum_t w_t CE_t / sum_t w_t`` (module docstring); the LM head
+    runs on the positions of weight > 0 only."""
     hidden = model.model(input_ids=ids, attention_mask=attn).last_hidden_state
-    picked = hidden[:, :-1][target]
-    logits = model.lm_head(picked)
-    return F.cross_entropy(logits, ids[:, 1:][target])
+    picked = target > 0
+    logits = model.lm_head(hidden[:, :-1][picked])
+    weight = target[picked]
+    per_token = F.cross_entropy(logits, ids[:, 1:][picked], reduction="none")
+    return (per_token * weight).sum() / weight.sum()
 
 
 def lr_at(step: int, s: TrainSettings) -> float:
@@ -164,8 +177,8 @@ def measure_step_seconds(
     rows = max(1, settings.batch_tokens // example_len)
     ids = torch.randint(0, model.config.vocab_size, (rows, example_len), generator=gen)
     attn = torch.ones_like(ids)
-    target = torch.zeros((rows, example_len - 1), dtype=torch.bool)
-    target[:, example_len - 1 - completion_len :] = True
+    target = torch.full((rows, example_len - 1), settings.prompt_loss_weight, dtype=torch.float32)
+    target[:, example_len - 1 - completion_len :] = 1.0
     opt = make_optimizer(model, settings)
     precision = resolve_precision(settings).precision
     times = []
@@ -234,7 +247,7 @@ def train(
     for step in range(settings.steps):
         if not queue:
             queue = make_batches(data, settings.batch_tokens, rng)
-        ids, attn, target = collate(data, queue.pop(), pad_id)
+        ids, attn, target = collate(data, queue.pop(), pad_id, settings.prompt_loss_weight)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, settings)
         losses.append(train_step(model, opt, ids, attn, target, settings.grad_clip, precision))
