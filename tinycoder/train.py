@@ -9,10 +9,11 @@ hold examples of similar length (sorted, then cut at a padded-token budget) and 
 seeded random order each epoch.
 
 Loss, per batch: ``-(sum_t w_t log p(x_t | x_<t)) / sum_t w_t`` with ``w_t = 1`` on completion tokens and
-``w_t = prompt_loss_weight`` on prompt tokens (after the first). With the weight 0 (the default) it is the mean
-over the N completion tokens and the prompt only conditions; a weight > 0 also teaches the programs, inputs and
-outputs the prompts show, at no extra cost but the LM head on those positions (issue 40). The LM head runs only
-on positions of weight > 0, which saves most of its cost when the prompts are not predicted.
+``w_t = prompt_loss_weight`` on prompt tokens (after the first). With the weight 0 (``TrainSettings``' default;
+the ``default`` variant uses 1) it is the mean over the N completion tokens and the prompt only conditions; a
+weight > 0 also teaches the programs, inputs and outputs the prompts show, at no extra cost but the LM head on
+those positions (issue 40). The LM head runs only on positions of weight > 0, which saves most of its cost when
+the prompts are not predicted.
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ def make_optimizer(model: Qwen2ForCausalLM, settings: TrainSettings) -> torch.op
 
 def train_step(model: Qwen2ForCausalLM, opt: torch.optim.Optimizer, ids: torch.Tensor, attn: torch.Tensor,
                target: torch.Tensor, grad_clip: float, precision: str = "fp32") -> float:
-    """One optimizer step on the completion loss, gradients clipped to norm ``grad_clip``; returns the loss.
+    """One optimizer step on ``completion_loss`` (weighted by ``target``), gradients clipped to norm ``grad_clip``;
+    returns the loss.
     ``precision="bf16"``: the forward pass under bf16 autocast (module docstring)."""
     with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         loss = completion_loss(model, ids, attn, target)
