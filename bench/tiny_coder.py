@@ -215,7 +215,7 @@ def step_timing(variant: str, rounds: int) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variant", default="default", choices=list(VARIANTS))
+    parser.add_argument("--variant", default="default", choices=sorted(VARIANTS))
     parser.add_argument("--seed", type=int, default=0, help="build seed of the model")
     parser.add_argument("--proposals", type=int, default=40, help="teacher proposals per family")
     parser.add_argument("--baseline-proposals", type=int, default=10, help="random-init proposals per family")
