@@ -70,7 +70,9 @@ class LearnerActor:
             UpdateConfig(epochs=rl["epochs"], micro_batch_tokens=rl["micro_batch_tokens"], temperature=temperature,
                          activation_checkpointing=resolve_activation_checkpointing(
                              rl["activation_checkpointing"], "cuda" if on_gpu else "cpu"),
-                         logit_chunk_tokens=rl["logit_chunk_tokens"], advantage_norm=rl["advantage_norm"]),
+                         logit_chunk_tokens=rl["logit_chunk_tokens"], advantage_norm=rl["advantage_norm"],
+                         advantage_weighting=rl["advantage_weighting"], constant_normaliser=rl["constant_normaliser"],
+                         track_entropy=rl["log_entropy"]),
             pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0,
         )
         # what this process holds on its device once built, before any step (``tensor_devices``)

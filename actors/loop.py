@@ -57,6 +57,7 @@ from rollouts import (
     student_samples,
     teacher_samples,
 )
+from reporting.proposal_records import proposal_records
 from reporting.step_metrics import step_row
 
 if TYPE_CHECKING:
@@ -160,16 +161,18 @@ def run_step(system: "System", step: int, prompts: StepPrompts, ahead: Rollouts 
     if colocated:
         with timer("switch"):
             system.sleep_engines()
+    learn = system.config.rl.train  # false: the control in which nothing learns (no update, nothing to hand over)
     with timer("train"):  # the learners train while, overlapped, the engines generate the next step
-        training = system.start_training(now.samples)
+        training = system.start_training(now.samples) if learn else []
         members = ray.get(system.league.members.remote())
         upcoming = generate_rollouts(system, step + 1, prompts) if overlap else None
-        train_stats = system.finish_training(training)
+        train_stats = system.finish_training(training) if learn else {}
     if colocated:
         with timer("switch"):
             system.wake_engines()
-    with timer("handover"):
-        system.publish_adapters()
+    if learn:
+        with timer("handover"):
+            system.publish_adapters()
     with timer("evolve"):
         events = system.evolve(step)  # empty except every E steps
     if events and upcoming is not None:
@@ -179,6 +182,7 @@ def run_step(system: "System", step: int, prompts: StepPrompts, ahead: Rollouts 
     row = step_row(step, members, system.coverage, system.config.tasks.families, now.proposals, now.validations,
                    now.solves, now.judgements, now.rho, now.samples, train_stats, events, timer.seconds,
                    prompt_metrics(now.proposals, now.solves, now.dropped, prompts))
+    row["proposals"] = proposal_records(now.proposals, now.validations, now.rho, now.samples, system.config.rl)
     if system.config.run.max_staleness:
         row["staleness"] = 0 if ahead is None else 1  # updates between the generating adapters and the learners'
     return row, upcoming

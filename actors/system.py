@@ -162,6 +162,7 @@ class System:
                 rl = cfg.rl.model_dump()
                 if role == "teacher" and cfg.rl.teacher_learning_rate is not None:
                     rl["learning_rate"] = cfg.rl.teacher_learning_rate
+                rl["constant_normaliser"] = cfg.inference.max_tokens if cfg.rl.loss_normaliser == "constant" else 0
                 learner = LearnerActor.options(**actor_options(plan, actor, groups)).remote(
                     model_path, owned, cfg.lora.model_dump(), rl, cfg.model.dtype,
                     cfg.run.seed + (0 if cfg.rl.data_parallel else shard),  # replicas start identical

@@ -17,12 +17,18 @@ latest checkpoint (every 25 steps, ``checkpoint_period``), a failed one reported
 The folder's ``study.json`` records what its runs ran (configs, overrides, steps, a digest of the training
 code); a folder holding runs of another study is refused with the difference named.
 
-Reports (``reporting.study``): per arm and metric the seed-mean trajectory with its 95 % band, the OLS slope per
-100 steps pooled over seeds with its 95 % CI and the per-seed slopes; the complexity of the programs the teachers
-wrote, and apart of the programs drawn from the buffers; the diagnostics of issue 40's suspects; at the end the
-held-out probe solve rates of ``bench/learning.py``'s probe set (every population student, the weakest per seed,
-the single agent, the base). The figure ``DIR/dynamics.png`` draws complexity and solve rate over training for
-both arms with seed bands. Last line: one JSON object with every slope, CI and claim verdict.
+Reports (``reporting.study``; the seed is the unit): per arm and metric the seed-mean trajectory with its 95 % band,
+each seed's OLS slope per 100 steps and their mean with its t interval; the population - single slope difference per
+complexity metric (Welch; the primary claim); held-out probe solve rates of ``bench/learning.py``'s probe set (every
+population student, the weakest per seed, the single agent, the base), paired by task with a bootstrap over tasks and
+seeds; verdicts by one rule each way, and none quoted under 4 seeds an arm. ``reporting.complexity_payoff`` reads
+each run's ``proposals.jsonl``: per window of steps the mean reward and advantage by lines-of-code bin, the slope of
+the advantage on complexity, and the share of the teacher's advantage from invalid-vs-valid, unsolved-vs-solved and
+solved-vs-solved pairs. The figure ``DIR/dynamics.png`` draws complexity and solve rate over training for both arms
+with seed bands. Last line: one JSON object with every slope, CI and claim verdict.
+
+Each run starts its own Ray cluster (``RAY_ADDRESS=local``) unless ``--ray-address`` names one, so a ``ray start``
+head or a test's cluster on the same machine is never joined.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
+import os
 import shutil
 import subprocess
 import sys
@@ -44,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from reporting.run_dir import RunDirectory  # noqa: E402
+from reporting.complexity_payoff import payoff_summary  # noqa: E402
 from reporting.study import COMPLEXITY, study_summary  # noqa: E402
 
 ARMS = ("population", "single")
@@ -136,7 +145,7 @@ def latest_checkpoint_step(run_dir: Path) -> int:
 
 
 def train(arm: str, config: str, run_dir: Path, seed: int, steps: int, overrides: list[str],
-          seconds_per_step: float, label: str) -> tuple[bool, float]:
+          seconds_per_step: float, label: str, ray_address: str = "local") -> tuple[bool, float]:
     """Run (or resume) one arm's seed to ``steps``; returns (finished, seconds per step of this session)."""
     state, last = run_state(run_dir, steps)
     if state == "finished":
@@ -163,7 +172,9 @@ def train(arm: str, config: str, run_dir: Path, seed: int, steps: int, overrides
     log(f"{label}: {what}, {todo} steps, expected ~{todo * seconds_per_step / 60:.1f} min "
         f"({seconds_per_step:.1f} s/step)")
     start = time.perf_counter()
-    done_run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    # Its own local cluster unless --ray-address names one: never whatever cluster launch.py would find here.
+    env = {**os.environ, "RAY_ADDRESS": ray_address}
+    done_run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - start
     if done_run.returncode != 0:
         log(f"{label}: the run failed ({done_run.returncode}); left out of the means. Its end:\n"
@@ -174,22 +185,22 @@ def train(arm: str, config: str, run_dir: Path, seed: int, steps: int, overrides
 
 
 def probe_scores(folder: Path, runs: dict[str, list[Path]], args: argparse.Namespace) -> dict[str, Any]:
-    """(correct, answers) on the held-out probes for every final student of every run, and for the base;
-    cached in ``folder/probes.json`` per run and checkpoint."""
+    """Per task the correct answers (of ``--samples``) on the held-out probes, for every final student of every run
+    and for the base (``reporting.study.paired_probe_difference`` pairs the arms by task); cached in
+    ``folder/probes.json`` per run and checkpoint."""
     cache_path = folder / "probes.json"
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     saved = {d: latest_checkpoint_step(d) for dirs in runs.values() for d in dirs}  # each checkpoint verified once
 
     def key_of(run_dir: Path, member: str) -> str:
-        return f"{run_dir.relative_to(folder)}:{saved[run_dir]}:{member}:{args.probes}x{args.samples}"
+        return f"{run_dir.relative_to(folder)}:{saved[run_dir]}:{member}:{args.probes}x{args.samples}:per-task"
 
     wanted = {arm: [(d, RunDirectory(d).final_adapters()) for d in dirs] for arm, dirs in runs.items()}
-    base_key = f"base:{args.probes}x{args.samples}"
+    base_key = f"base:{args.probes}x{args.samples}:per-task"
     missing = [(d, m, p) for arm in ARMS for d, students in wanted[arm] for m, p in students.items()
                if key_of(d, m) not in cache]
     if missing or base_key not in cache:
-        from learning import probe_tasks  # bench/learning.py: the probe set and its scoring
-        from learning import solve_rate as probe_solve_rate
+        from learning import probe_tasks, task_scores  # bench/learning.py: the probe set and its scoring
         from configs.loading import load_config
         from inference import make_engine
         from tinycoder import ensure_model
@@ -202,25 +213,35 @@ def probe_scores(folder: Path, runs: dict[str, list[Path]], args: argparse.Names
         tasks = probe_tasks(model_dir, args.probes, 4, verifier)
         engine = make_engine("hf", model_dir, max_adapters=max(1, len(missing)), max_lora_rank=run_cfg.lora.rank)
         temperature, max_tokens = run_cfg.inference.temperature, run_cfg.inference.max_tokens
-        answers = len(tasks) * args.samples
         if base_key not in cache:
-            rate, _ = probe_solve_rate(engine, None, tasks, args.samples, temperature, max_tokens, verifier)
-            cache[base_key] = [round(rate * answers), answers]
-            log(f"probe solve rate of the base: {rate:.3f} ({answers} answers)")
+            cache[base_key] = task_scores(engine, None, tasks, args.samples, temperature, max_tokens, verifier)
+            log(f"probe solve rate of the base: {sum(cache[base_key]) / (len(tasks) * args.samples):.3f}")
         for version, (run_dir, member, path) in enumerate(missing):
             name = f"m{version}"
             engine.load_adapter(name, path, version + 1)
-            rate, _ = probe_solve_rate(engine, name, tasks, args.samples, temperature, max_tokens, verifier)
-            cache[key_of(run_dir, member)] = [round(rate * answers), answers]
-            log(f"probe solve rate of {run_dir.relative_to(folder)} {member}: {rate:.3f}")
+            scores = task_scores(engine, name, tasks, args.samples, temperature, max_tokens, verifier)
+            cache[key_of(run_dir, member)] = scores
+            log(f"probe solve rate of {run_dir.relative_to(folder)} {member}: {sum(scores) / (len(tasks) * args.samples):.3f}")
             cache_path.write_text(json.dumps(cache, indent=1))
         cache_path.write_text(json.dumps(cache, indent=1))
         engine.close()  # its adapter store in RAM-backed storage
         verifier.close()
     return {
-        **{arm: [[tuple(cache[key_of(d, m)]) for m in sorted(students)] for d, students in wanted[arm]] for arm in ARMS},
-        "base": tuple(cache[base_key]),
+        **{arm: [[cache[key_of(d, m)] for m in sorted(students)] for d, students in wanted[arm]] for arm in ARMS},
+        "base": cache[base_key], "samples": args.samples,
     }
+
+
+def payoff(run_dirs: list[Path], steps: int) -> dict[str, Any]:
+    """One arm's reward-for-complexity diagnostic (``reporting.complexity_payoff``) from its runs' proposals.jsonl,
+    under the advantage settings the runs trained with."""
+    from configs.loading import load_config
+
+    rl = load_config(run_dirs[0] / "config.yaml").rl
+    records = [RunDirectory(d).read_side("proposals") for d in run_dirs]
+    if not any(records):
+        return {"note": "no proposals.jsonl in these runs (recorded from issue 50 on)"}
+    return payoff_summary(records, steps, rl.advantage_weighting, rl.advantage_norm == "whiten")
 
 
 def arm_overrides(arm: str, args: argparse.Namespace) -> list[str]:
@@ -237,7 +258,8 @@ def settle(arm: str, seed: int, folder: Path, config: str, pace: dict[str, float
         if state not in ("finished", "new"):
             log(f"{label}: {state} at step {last}; left out")
         return state == "finished"
-    ok, measured = train(arm, config, run_dir, seed, args.steps, arm_overrides(arm, args), pace[arm], label)
+    ok, measured = train(arm, config, run_dir, seed, args.steps, arm_overrides(arm, args), pace[arm], label,
+                         args.ray_address)
     if measured:
         pace[arm] = measured
     return ok
@@ -257,6 +279,8 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="summarise the kept runs (no training)")
     parser.add_argument("--population-override", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for the population arm alone (repeatable), e.g. population.teachers=4")
+    parser.add_argument("--ray-address", default="local",
+                        help="the Ray cluster the runs use (default 'local': each run starts its own, whatever else runs here)")
     parser.add_argument("overrides", nargs="*", help="config overrides (key=value) applied to both arms")
     args = parser.parse_args()
     if args.steps < 3 or args.seeds < 1:
@@ -289,6 +313,7 @@ def main() -> None:
     rows = {arm: [RunDirectory(d).read_metrics() for d in usable[arm]] for arm in ARMS}
     probes = probe_scores(folder, usable, args) if args.probes > 0 else None
     summary = study_summary(rows["population"], rows["single"], probes)
+    summary["complexity_payoff"] = {arm: payoff(usable[arm], args.steps) for arm in ARMS}
     from reporting.study_figure import draw_study
 
     figure = draw_study(rows["population"], rows["single"], folder / "dynamics.png")
@@ -302,10 +327,16 @@ def main() -> None:
     (folder / "summary.json").write_text(json.dumps(summary, indent=1))
     for arm in ARMS:
         m = summary[arm]["metrics"]
-        log(f"{arm}: " + ", ".join(f"{k.removeprefix('program_')} {m[k]['slope']:+.2f}+-{m[k]['ci']:.2f}"
+        log(f"{arm}: " + ", ".join(f"{k.removeprefix('program_')} {m[k]['slope']:+.2f}+-{m[k]['ci'] or math.nan:.2f}"
                                    for k in COMPLEXITY if m[k]["slope"] is not None)
-            + f" per 100 steps; solve {m['solve_rate']['first']} -> {m['solve_rate']['last']}")
-    log("verdicts: " + ", ".join(f"{k} {v}" for k, v in summary["verdicts"].items()))
+            + f" per 100 steps (seed means, t intervals); solve {m['solve_rate']['first']} -> {m['solve_rate']['last']}")
+    inter = summary["comparisons"]["population_minus_single_complexity_slope"]
+    log("population - single slope: " + ", ".join(
+        f"{k.removeprefix('program_')} {inter[k]['difference']:+.2f}+-{inter[k]['ci'] or math.nan:.2f}"
+        for k in COMPLEXITY if inter[k]["difference"] is not None))
+    log("verdicts: " + ", ".join(f"{k} {v}" for k, v in summary["verdicts"].items())
+        + ("" if summary["powered"] else f" (under {summary['min_seeds']} seeds an arm: not quoted; computed: "
+           + ", ".join(f"{k} {v}" for k, v in summary["unpowered"].items()) + ")"))
     print(json.dumps(summary))
 
 

@@ -68,18 +68,26 @@ def probe_tasks(model_dir: Path, count: int, n_inputs: int, verifier: Verifier) 
     return generator_tasks(verifier, count, n_inputs, PROBE_SEED, seen)
 
 
-def solve_rate(engine, adapter: str | None, tasks: list, samples: int, temperature: float, max_tokens: int,
-               verifier: Verifier) -> tuple[float, dict[str, float]]:
-    """The fraction of answers judged correct, overall and per task family."""
+def task_scores(engine, adapter: str | None, tasks: list, samples: int, temperature: float, max_tokens: int,
+                verifier: Verifier) -> list[int]:
+    """Per task the number of its ``samples`` answers judged correct (seeded per task: the same draws for every model)."""
     requests = [GenerationRequest(adapter, student_prompt(t), temperature=temperature, max_tokens=max_tokens, n=samples,
                                   seed=1000 + 64 * i)
                 for i, t in enumerate(tasks)]
     outputs = engine.generate(requests)
     answers = [(t, g.text) for t, gens in zip(tasks, outputs) for g in gens]
+    verdicts = judge_answers(verifier, answers)
+    return [sum(bool(v.correct) for v in verdicts[i * samples:(i + 1) * samples]) for i in range(len(tasks))]
+
+
+def solve_rate(engine, adapter: str | None, tasks: list, samples: int, temperature: float, max_tokens: int,
+               verifier: Verifier) -> tuple[float, dict[str, float]]:
+    """The fraction of answers judged correct, overall and per task family."""
+    scores = task_scores(engine, adapter, tasks, samples, temperature, max_tokens, verifier)
     families: dict[str, list[float]] = defaultdict(list)
-    for (task, _), verdict in zip(answers, judge_answers(verifier, answers)):
-        families[task.family].append(float(verdict.correct))
-    overall = fmean(c for scores in families.values() for c in scores)
+    for task, correct in zip(tasks, scores):
+        families[task.family].append(correct / samples)
+    overall = sum(scores) / (samples * len(tasks))
     return overall, {f: round(fmean(scores), 4) for f, scores in sorted(families.items())}
 
 

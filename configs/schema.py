@@ -154,8 +154,30 @@ class RLConfig(Section):
         description="Per group: 'whiten' (r - mean) / std (AZR); 'center' r - mean (Dr. GRPO), which keeps the size of "
         "a reward gap in small groups (a group of two whitens to +-1 whatever the gap; docs/dynamics.md).",
     )
+    advantage_weighting: Literal["token", "sequence"] = Field(
+        "token",
+        description="The weight of each completion in its group's mean and variance: 'token' its completion tokens "
+        "(veRL's masked whitening, which AZR runs; per token the shorter completion of a pair carries the larger "
+        "advantage), 'sequence' one each (GRPO; with advantage_norm 'center' and loss_normaliser 'constant', Dr. GRPO). "
+        "learners/pg_loss.py names the papers.",
+    )
+    loss_normaliser: Literal["tokens", "constant"] = Field(
+        "tokens",
+        description="N_a, what adapter a's summed token losses are divided by: 'tokens' its completion tokens in the "
+        "step (a token-level mean), 'constant' its sequences times inference.max_tokens (Dr. GRPO's constant).",
+    )
+    train: bool = Field(
+        True,
+        description="false: no update at all (the adapters stay as initialised; a control in which nothing learns: "
+        "the buffers, matching and sampling run as usual). Needs evolution.enabled=false. Keep learning_rate > 0.",
+    )
     kl_coef: float = Field(0.0, ge=0, le=10, description="Coefficient of the KL to the frozen base (adapter-off rows).")
-    entropy_coef: float = Field(0.0, ge=0, le=1.0, description="Entropy bonus coefficient.")
+    entropy_coef: float = Field(0.0, ge=0, le=1.0, description="Entropy bonus coefficient (AZR: 0.001).")
+    log_entropy: bool = Field(
+        True,
+        description="Compute each member's mean token entropy of its sampled completions at every update (the "
+        "'entropy' of its train stats in metrics.jsonl), off the autograd graph when entropy_coef is 0.",
+    )
     grad_clip: float = Field(1.0, gt=0, le=1000, description="Per-adapter gradient-norm clip.")
     epochs: int = Field(1, ge=1, le=16, description="Optimizer passes over each step's samples.")
     micro_batch_tokens: int = Field(8192, ge=256, le=1_000_000, description="Token budget of one forward/backward.")
@@ -436,6 +458,15 @@ class Config(Section):
     run: RunConfig = Field(default_factory=RunConfig, description="Length, seed, checkpoints, outputs.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Benchmark evaluation during training.")
     plan: PlanConfig = Field(default_factory=PlanConfig, description="What the dry run's time plan assumes.")
+
+    @model_validator(mode="after")
+    def _no_evolution_without_learning(self) -> "Config":
+        if not self.rl.train and self.evolution.enabled:
+            raise ValueError(
+                "rl.train=false is the control in which nothing learns, but evolution.enabled=true would still change "
+                "the members: set evolution.enabled=false as well"
+            )
+        return self
 
     @model_validator(mode="after")
     def _data_parallel_has_learners_to_split_over(self) -> "Config":

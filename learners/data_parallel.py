@@ -50,19 +50,23 @@ class StepTargets:
     slot_token_totals: dict[int, float]
 
 
-def step_targets(samples: Sequence[Sample], whiten: bool = True) -> StepTargets:
-    """Advantages whitened (``whiten=False``: centred) per (slot, group), token-weighted
-    (``group_normalised_advantages``), and N_a, over every sample of the step: the same numbers whichever
-    learner later trains which sample."""
+def step_targets(samples: Sequence[Sample], whiten: bool = True, weighting: str = "token",
+                 constant_normaliser: int = 0) -> StepTargets:
+    """Advantages whitened (``whiten=False``: centred) per (slot, group), each sequence weighted by its tokens or
+    once (``weighting``; ``group_normalised_advantages``), and N_a, over every sample of the step: the same numbers
+    whichever learner later trains which sample. N_a is slot a's completion tokens, or with ``constant_normaliser``
+    L > 0 its sequences times L (Dr. GRPO's constant; ``learners.pg_loss``)."""
     if not samples:
         raise ValueError("step_targets needs at least one sample")
+    if constant_normaliser < 0:
+        raise ValueError(f"constant_normaliser must be >= 0 (0: the token count), got {constant_normaliser}")
     advantages = group_normalised_advantages(
         [s.reward for s in samples], [(s.slot, s.group) for s in samples], [len(s.completion_ids) for s in samples],
-        whiten=whiten,
+        whiten=whiten, weighting=weighting,
     )
     totals: dict[int, float] = defaultdict(float)
     for s in samples:
-        totals[s.slot] += len(s.completion_ids)
+        totals[s.slot] += constant_normaliser if constant_normaliser else len(s.completion_ids)
     return StepTargets(advantages, dict(totals))
 
 

@@ -2,16 +2,33 @@
 against the behaviour policy, KL to the base, entropy bonus.
 
 Advantages (AZR's Task-Relative REINFORCE++): every completion token carries its sequence's reward r
-(gamma = 1, terminal reward), then rewards are whitened within each (adapter, role, task family) group,
-token-weighted like verl's masked whitening:
+(gamma = 1, terminal reward), then rewards are normalised within each (adapter, role, task family) group.
+With weights w_i (``rl.advantage_weighting``: ``token``, w_i = n_i the completion tokens of sequence i;
+``sequence``, w_i = 1):
 
-    mu_g = sum_i n_i r_i / sum_i n_i,   var_g = sum_i n_i (r_i - mu_g)^2 / sum_i n_i,
-    A_i = (r_i - mu_g) / sqrt(var_g + eps)                      (n_i = completion tokens of sequence i)
+    mu_g = sum_i w_i r_i / sum_i w_i,   var_g = sum_i w_i (r_i - mu_g)^2 / sum_i w_i,
+    A_i = (r_i - mu_g) / sqrt(var_g + eps)      (``rl.advantage_norm: whiten``)
+    A_i = r_i - mu_g                            (``rl.advantage_norm: center``)
 
-or, centred only (``rl.advantage_norm: center``; Dr. GRPO, Liu et al. 2025, "Understanding R1-Zero-like
-training"), A_i = r_i - mu_g. Whitening a group of two gives A = +-1 whatever the rewards' gap (0 vs 0.75
-and -1 vs 0 alike); centring keeps the gap, so the size of a reward such as the teacher's 1 - rho reaches
-the gradient even in the small groups of a toy run.
+Which paper each combination is:
+
+- ``token`` + ``whiten`` (the default): veRL's masked whitening (``verl.utils.torch_functional.masked_whiten``,
+  mean and variance over every completion token of the group), which AZR's REINFORCE++ code runs. Per token the
+  shorter of two completions carries the larger advantage whichever way the reward points: lengths 40 and 80,
+  rewards 0.75 and 0, centred: +0.50 / -0.25; with the winner the longer, +0.25 / -0.50 (whitened +1.41 / -0.71
+  and +0.71 / -1.41). Summed over each completion the two are equal and opposite. A group of two whitens to
+  +-1 only when the two have equal lengths.
+- ``sequence`` + ``whiten``: GRPO's group normalisation (Shao et al. 2024, DeepSeekMath), each output one
+  weight (the population variance here; GRPO's code divides by the sample std). A group of two whitens to +-1.
+- ``sequence`` + ``center`` with ``rl.loss_normaliser: constant``: Dr. GRPO (Liu et al. 2025, "Understanding
+  R1-Zero-like training"): the unweighted group mean, no std, and a constant normaliser in place of the token
+  count (below).
+- ``token`` + ``center``: the token-weighted mean without the std; no paper, kept as the earlier studies ran it.
+
+The loss of adapter a divides its token sum by N_a (``rl.loss_normaliser``): ``tokens``, N_a = its completion
+tokens in the step (a token-level mean, DAPO's, Yu et al. 2025), or ``constant``, N_a = S_a L_max (S_a its
+sequences, L_max = ``inference.max_tokens``: Dr. GRPO's constant, so a sequence's weight does not fall with
+the lengths of the others).
 
 Three policies meet in a token's loss: pi, the adapter being trained; pi_old, the same adapter before this
 step's update (the proximal policy: pi detached with one epoch, a no-grad pass before the first of several);
@@ -26,7 +43,7 @@ Per token t of adapter a (PPO, Schulman et al. 2017; k3 KL estimator, Schulman 2
     l_t   = -w_t min(rho_t A, clip(rho_t, 1 - eps, 1 + eps) A)
             + beta_kl * (exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1)
             - beta_ent * H(pi(. | y_<t))
-    L     = sum_a (1 / N_a) sum_{t in a} l_t                     (token mean within each adapter)
+    L     = sum_a (1 / N_a) sum_{t in a} l_t                     (N_a: rl.loss_normaliser, above)
 
 w_t is truncated importance sampling (TIS) at the token level: the ratio of the proximal to the behaviour
 policy, cut at C (``rl.is_truncation``, 2 as veRL's ``rollout_is_threshold``; veRL docs/algo/rollout_corr.md;
@@ -93,19 +110,25 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(-1)
 
 
+ADVANTAGE_WEIGHTINGS = ("token", "sequence")
+
+
 def group_normalised_advantages(
     rewards: Sequence[float] | torch.Tensor,
     groups: Sequence[Hashable],
     token_counts: Sequence[int] | torch.Tensor,
     eps: float = 1e-6,
     whiten: bool = True,
+    weighting: str = "token",
 ) -> torch.Tensor:
-    """Token-weighted whitening of sequence rewards within each group (formula in the module docstring);
-    with ``whiten=False`` the rewards are only centred on the group's token-weighted mean.
+    """Whitening (``whiten=False``: centring) of sequence rewards within each group, each sequence weighted by
+    its completion tokens (``weighting="token"``) or once (``"sequence"``): the formulas of the module docstring.
 
     ``groups[i]`` is any hashable key, normally ``(adapter, role, family)``. A group whose rewards are all
     equal (or that has one member) gets advantage exactly 0, whatever ``eps``. Returns one float32 advantage per sequence.
     """
+    if weighting not in ADVANTAGE_WEIGHTINGS:
+        raise ValueError(f"advantage weighting must be one of {ADVANTAGE_WEIGHTINGS}, got {weighting!r}")
     r = torch.as_tensor(rewards, dtype=torch.float64)
     n = torch.as_tensor(token_counts, dtype=torch.float64)
     if r.dim() != 1 or n.shape != r.shape or len(groups) != r.numel():
@@ -116,15 +139,16 @@ def group_normalised_advantages(
         raise ValueError("rewards must be finite")
     if (n <= 0).any():
         raise ValueError("every sequence needs at least one completion token (token_counts > 0)")
+    w = n if weighting == "token" else torch.ones_like(n)
     members: dict[Hashable, list[int]] = defaultdict(list)
     for i, g in enumerate(groups):
         members[g].append(i)
     adv = torch.zeros_like(r)
     for idx in members.values():
         rows = torch.tensor(idx)
-        rg, ng = r[rows], n[rows]
-        mean = (ng * rg).sum() / ng.sum()
-        var = (ng * (rg - mean) ** 2).sum() / ng.sum()
+        rg, wg = r[rows], w[rows]
+        mean = (wg * rg).sum() / wg.sum()
+        var = (wg * (rg - mean) ** 2).sum() / wg.sum()
         if var > 0:
             adv[rows] = (rg - mean) / torch.sqrt(var + eps) if whiten else rg - mean
     return adv.float()

@@ -22,8 +22,8 @@ from torch.utils.checkpoint import checkpoint
 from learners.adapter_optim import AdapterOptimizers
 from learners.batching import Sample, TokenBatch, micro_batches
 from learners.data_parallel import (
-    AppliedGradients, SlotGradients, check_replicas, export_slot_gradients, import_slot_gradients, split_samples,
-    step_targets, sum_gradients,
+    AppliedGradients, SlotGradients, StepTargets, check_replicas, export_slot_gradients, import_slot_gradients,
+    split_samples, step_targets, sum_gradients,
 )
 from learners.multi_lora import NO_ADAPTER, MultiLoRAModel
 from learners.peft_io import load_adapter, save_adapter
@@ -45,8 +45,12 @@ class UpdateConfig:
     activation_checkpointing: bool = False
     # Loss tokens per chunk of the LM head + log-softmax (and entropy); 0 = all loss tokens at once.
     logit_chunk_tokens: int = 1024
-    # Advantages per group: "whiten" (r - mean) / std (AZR), "center" r - mean (learners.pg_loss).
+    # Advantages per group: "whiten" (r - mean) / std (AZR), "center" r - mean; each sequence weighted by its
+    # tokens ("token", veRL's masked whitening) or once ("sequence", GRPO); learners.pg_loss names the papers.
     advantage_norm: Literal["whiten", "center"] = "whiten"
+    advantage_weighting: Literal["token", "sequence"] = "token"
+    # N_a of the loss: 0 = adapter a's completion tokens; L > 0 = its sequences times L (Dr. GRPO's constant).
+    constant_normaliser: int = 0
 
     def __post_init__(self) -> None:
         if self.logit_chunk_tokens < 0:
@@ -59,10 +63,19 @@ class UpdateConfig:
             raise ValueError(f"micro_batch_tokens must be >= 1, got {self.micro_batch_tokens}")
         if self.advantage_norm not in ("whiten", "center"):
             raise ValueError(f"advantage_norm must be 'whiten' or 'center', got {self.advantage_norm!r}")
+        if self.advantage_weighting not in ("token", "sequence"):
+            raise ValueError(f"advantage_weighting must be 'token' or 'sequence', got {self.advantage_weighting!r}")
+        if self.constant_normaliser < 0:
+            raise ValueError(f"constant_normaliser must be >= 0 (0: the token count), got {self.constant_normaliser}")
 
     @property
     def whiten(self) -> bool:
         return self.advantage_norm == "whiten"
+
+    def targets(self, samples: Sequence[Sample]) -> "StepTargets":
+        """The step's advantages and N_a under these settings (``learners.data_parallel.step_targets``)."""
+        return step_targets(samples, whiten=self.whiten, weighting=self.advantage_weighting,
+                            constant_normaliser=self.constant_normaliser)
 
 
 def resolve_activation_checkpointing(setting: Literal["auto", "on", "off"], device: torch.device | str) -> bool:
@@ -92,14 +105,15 @@ class LossTokens:
 
 
 def _head_logprobs(
-    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool, entropy_grad: bool = True
 ) -> tuple[torch.Tensor, ...]:
-    """z = head(h) / T in float32, then log softmax(z)[target] and (if asked) H(softmax(z)), per row of ``hidden``."""
+    """z = head(h) / T in float32, then log softmax(z)[target] and (if asked) H(softmax(z)), per row of ``hidden``;
+    without ``entropy_grad`` the entropy is computed off the graph (logged, not trained: it keeps no softmax for backward)."""
     logits = head(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
     if entropy:
-        return token_logprobs(logits, targets), token_entropy(logits)
+        return token_logprobs(logits, targets), token_entropy(logits if entropy_grad else logits.detach())
     return (token_logprobs(logits, targets),)
 
 
@@ -110,6 +124,7 @@ def head_logprobs(
     temperature: float = 1.0,
     entropy: bool = False,
     chunk_tokens: int = 0,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per row n of ``hidden`` [N, H]: log pi_T(y_n) = z_n[y_n] - logsumexp(z_n), z_n = head(h_n) / T, in float32,
     and the entropy H_n = logsumexp(z_n) - sum_v softmax(z_n)_v z_{n,v} when ``entropy``.
@@ -123,12 +138,12 @@ def head_logprobs(
     """
     n = hidden.shape[0]
     if chunk_tokens <= 0 or n <= chunk_tokens:
-        outs = [_head_logprobs(head, hidden, targets, temperature, entropy)]
+        outs = [_head_logprobs(head, hidden, targets, temperature, entropy, entropy_grad)]
     else:
         recompute = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
         outs = [
-            checkpoint(_head_logprobs, head, h, t, temperature, entropy, use_reentrant=False)
-            if recompute else _head_logprobs(head, h, t, temperature, entropy)
+            checkpoint(_head_logprobs, head, h, t, temperature, entropy, entropy_grad, use_reentrant=False)
+            if recompute else _head_logprobs(head, h, t, temperature, entropy, entropy_grad)
             for h, t in zip(hidden.split(chunk_tokens), targets.split(chunk_tokens))
         ]
     logprobs = outs[0][0] if len(outs) == 1 else torch.cat([o[0] for o in outs])
@@ -144,6 +159,7 @@ def forward_loss_tokens(
     entropy: bool = False,
     temperature: float = 1.0,
     logit_chunk_tokens: int = 0,
+    entropy_grad: bool = True,
 ) -> LossTokens:
     """Run the model on a batch and return log pi_T(target) = log softmax(z / T)[target] at the loss positions only.
 
@@ -163,7 +179,8 @@ def forward_loss_tokens(
         use_cache=False,
     ).last_hidden_state
     logprobs, ent = head_logprobs(
-        hf.get_output_embeddings(), hidden[batch.loss_mask], batch.targets[batch.loss_mask], temperature, entropy, logit_chunk_tokens
+        hf.get_output_embeddings(), hidden[batch.loss_mask], batch.targets[batch.loss_mask], temperature, entropy, logit_chunk_tokens,
+        entropy_grad,
     )
     behaviour = batch.behaviour[batch.loss_mask] if batch.behaviour is not None else None
     return LossTokens(logprobs, ent, batch.token_sample[batch.loss_mask], behaviour)
@@ -203,7 +220,7 @@ class PolicyLearner:
         """
         if not samples:
             raise ValueError("PolicyLearner.step needs at least one sample")
-        targets = step_targets(samples, whiten=self.update_config.whiten)
+        targets = self.update_config.targets(samples)
         share = self.share(samples, targets.advantages, targets.slot_token_totals)
         stats: dict[int, dict[str, float]] = {}
         for _ in range(self.update_config.epochs):
@@ -230,7 +247,7 @@ class PolicyLearner:
             raise ValueError(f"share {index} of {shares}: the index must be in 0..{shares - 1}")
         if not samples:
             return self.share([], torch.zeros(0), {})
-        targets = step_targets(samples, whiten=self.update_config.whiten)
+        targets = self.update_config.targets(samples)
         idx = split_samples(samples, shares)[index]
         return self.share([samples[i] for i in idx], targets.advantages[idx], targets.slot_token_totals)
 
@@ -341,11 +358,10 @@ class ShareStep:
         learner.model.train()
         for i, batch in enumerate(self.batches):
             tokens = forward_loss_tokens(
-                learner.model, batch, entropy=want_entropy, temperature=cfg.temperature, logit_chunk_tokens=cfg.logit_chunk_tokens
+                learner.model, batch, entropy=want_entropy, temperature=cfg.temperature,
+                logit_chunk_tokens=cfg.logit_chunk_tokens, entropy_grad=loss_cfg.entropy_coef > 0,
             )
             entropy = tokens.entropy
-            if entropy is not None and loss_cfg.entropy_coef == 0:
-                entropy = entropy.detach()
             out = policy_gradient_loss(
                 tokens.logprobs,
                 self.advantages[tokens.sample],
@@ -400,7 +416,7 @@ def data_parallel_step(
         raise ValueError("the assignment must place every sample in exactly one share")
     if len({r.update_config.epochs for r in replicas}) != 1:
         raise ValueError("replicas of one step must run the same number of epochs")
-    targets = step_targets(samples, whiten=replicas[0].update_config.whiten)
+    targets = replicas[0].update_config.targets(samples)
     shares = [
         replica.share([samples[i] for i in idx], targets.advantages[list(idx)], targets.slot_token_totals)
         for replica, idx in zip(replicas, assignment)

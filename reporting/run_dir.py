@@ -5,6 +5,8 @@ Layout::
     RUN_DIR/config.yaml            the resolved configuration
     RUN_DIR/metrics.jsonl          one JSON object per step
     RUN_DIR/samples.jsonl          a few raw proposals and answers per step, with the verifier's verdicts
+    RUN_DIR/proposals.jsonl        one record per proposal: validity, rho, complexity, reward, advantage
+                                   (``reporting.proposal_records``)
     RUN_DIR/tensorboard/           TensorBoard event files
     RUN_DIR/checkpoints/step-N/    one complete checkpoint per N (written as .tmp-step-N, then renamed)
     RUN_DIR/checkpoints/latest     name of the newest complete checkpoint (replaced atomically)
@@ -38,6 +40,8 @@ from configs import Config, dump_config
 LOG_DIR_ENV = "POPULORA_LOG_DIR"
 """Set by the driver in the actors' environment (``actors.cluster.connect``): where ``route_output`` writes."""
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+SIDE_FILES = {"examples": "samples.jsonl", "proposals": "proposals.jsonl"}
+"""Lists of records a step row carries that go to a file of their own (row key -> file name)."""
 
 
 def route_output(name: str) -> Path | None:
@@ -139,14 +143,27 @@ class RunDirectory(CheckpointStore):
 
     def truncate_metrics(self, last_step: int) -> None:
         """Keep the rows up to ``last_step`` and every event (a resumed or recovered run repeats the steps after
-        its checkpoint); samples.jsonl likewise."""
+        its checkpoint); the side files (``SIDE_FILES``) likewise."""
         rows = [r for r in self._records() if r.get("step", 0) <= last_step]
         write_atomic(self.metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
-        samples = self.root / "samples.jsonl"
-        if samples.is_file():
-            kept = [line for line in samples.read_text().splitlines(keepends=True)
-                    if line.endswith("\n") and json.loads(line).get("step", 0) <= last_step]
-            write_atomic(samples, "".join(kept))
+        for name in SIDE_FILES.values():
+            side = self.root / name
+            if side.is_file():
+                kept = [line for line in side.read_text().splitlines(keepends=True)
+                        if line.endswith("\n") and json.loads(line).get("step", 0) <= last_step]
+                write_atomic(side, "".join(kept))
+
+    def read_side(self, key: str) -> list[dict[str, Any]]:
+        """The records of a row's side file (``SIDE_FILES[key]``), each with its ``step``; a line cut by a kill ends them."""
+        path = self.root / SIDE_FILES[key]
+        out: list[dict[str, Any]] = []
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break
+        return out
 
     def append_event(self, record: dict[str, Any]) -> None:
         """Append an event record (``{"event": ..., ...}``) to metrics.jsonl."""
@@ -155,13 +172,15 @@ class RunDirectory(CheckpointStore):
             handle.write(json.dumps(record) + "\n")
 
     def append_metrics(self, row: dict[str, Any]) -> None:
-        """Append one step; its ``examples`` (raw model text) go to samples.jsonl, not metrics.jsonl."""
+        """Append one step; its lists of records (``SIDE_FILES``: raw model text, one record per proposal) go to
+        their own files, one line per record with the step, not to metrics.jsonl."""
         self.root.mkdir(parents=True, exist_ok=True)
         row = dict(row)
-        examples = row.pop("examples", [])
-        if examples:
-            with open(self.root / "samples.jsonl", "a") as handle:
-                handle.write("".join(json.dumps({"step": row["step"], **e}) + "\n" for e in examples))
+        for key, name in SIDE_FILES.items():
+            records = row.pop(key, [])
+            if records:
+                with open(self.root / name, "a") as handle:
+                    handle.write("".join(json.dumps({"step": row["step"], **e}) + "\n" for e in records))
         with open(self.metrics_path, "a") as handle:
             handle.write(json.dumps(row) + "\n")
             handle.flush()

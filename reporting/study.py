@@ -1,28 +1,36 @@
 """A multi-seed study of the population against the single agent (``bench/dynamics.py``): the numbers behind
 the paper's dynamics claims, from the kept runs' ``metrics.jsonl`` rows. Pure maths (numpy; no Ray, no plots).
 
-Per arm (population, single agent) and metric, over its S seeds (each seed one run):
+**The seed is the unit.** The steps of one run are autocorrelated (a run drifts), so no statistic here counts
+them as independent points. Per arm (population, single agent) and metric, over its S seeds (each seed one run):
 
 - **band**: per step the seed mean of the seeds' smoothed series (centred rolling means) and its 95 % interval,
   ybar_t +- t_{0.975, S-1} s_t / sqrt(S) (S >= 2; one seed has no band);
-- **pooled slope**: the OLS line of y on the step over every measured (seed, step) point
-  (``reporting.report_trends.fit_line``), per 100 steps, +- its 95 % CI. The points of one seed are not
-  independent (a run drifts), so the CI is a lower bound on the uncertainty; the per-seed slopes are
-  reported beside it, and a sign claim holds only where every seed agrees with the pooled line.
+- **slope**: each seed's own OLS slope b_s of y on the step (per 100 steps), then their mean with the t interval
+  on S - 1 degrees of freedom, bbar +- t_{0.975, S-1} sd(b) / sqrt(S);
+- **the arms' difference** (the paper's claim is that the arms diverge: an arm x step interaction):
+  bbar_pop - bbar_single with Welch's interval, se = sqrt(sd_p^2 / S_p + sd_s^2 / S_s), on the
+  Welch-Satterthwaite degrees of freedom (rounded down: the integer-df t of ``reporting.report_trends``, so the
+  interval is slightly wide). The seeds of the two arms share a seed number but no randomness that pairs them
+  (different members, different draws), so they are not paired;
+- **probes**: held-out tasks answered by every final student; the difference population - single is paired by
+  task (both arms answer the same tasks) and its interval is a percentile bootstrap that resamples the tasks
+  (once per replicate, for both arms) and each arm's seeds (``paired_probe_difference``);
 - **diagnostics** of the suspects in issue 40: the share of valid tasks never solved (rho = 0: a teacher
   "win" that is only validity), the share of buffer draws that are still seed tasks, coverage per written
   program and at an equal number of written programs, the lineages left after evolution, the proposer's
-  share of the single agent's tokens (its proposer gradient's scale against a population teacher's).
+  share of the single agent's tokens (its proposer gradient's scale against a population teacher's), and the
+  members' mean token entropy (``train.<member>.entropy``).
 
-Claims (verdict ``holds``, ``fails`` or ``inconclusive``):
+**Verdicts** (``holds``, ``fails``, ``inconclusive``) follow one rule each way: a claim holds when its 95 %
+interval lies wholly on the claimed side of 0, fails when it lies wholly on the other side, and is inconclusive
+otherwise. A claim over the four complexity metrics holds when all four hold and fails when all four fail. With
+fewer than ``MIN_SEEDS`` seeds in an arm every verdict is ``inconclusive`` (the computed one is kept beside it as
+``unpowered``): two seeds agree in sign by chance half the time.
 
-- ``single_complexity_down``: every complexity metric of the single agent's written programs falls (holds),
-  or one rises (fails);
-- ``population_complexity_not_down``: no complexity metric of the population's written programs falls
-  (holds), or one does (fails);
-- ``population_coverage_per_proposal_higher``, ``population_mean_probe_ge_single``,
-  ``weakest_member_probe_ge_single``: the difference population - single with its 95 % CI is above 0
-  (holds), below 0 (fails), or straddles it.
+Claims: ``population_minus_single_complexity_slope`` (the primary one: the population's complexity slope exceeds
+the single agent's), ``single_complexity_down``, ``population_complexity_up``,
+``population_coverage_per_proposal_higher``, ``population_mean_probe_ge_single``, ``weakest_member_probe_ge_single``.
 """
 
 from __future__ import annotations
@@ -42,7 +50,8 @@ Rows = list[dict[str, Any]]
 COMPLEXITY = ("program_ast_depth", "program_cyclomatic", "program_loc", "program_variables")
 """The paper's four complexity metrics, of the programs the teachers wrote."""
 BUFFER_COMPLEXITY = tuple(f"buffer_{k}" for k in COMPLEXITY)
-RATES = ("valid_rate", "solve_rate", "teacher_reward", "student_reward", "buffer_seed_share", "unsolved_share")
+RATES = ("valid_rate", "solve_rate", "teacher_reward", "student_reward", "buffer_seed_share", "unsolved_share",
+         "teacher_entropy", "student_entropy")
 TRENDED = COMPLEXITY + BUFFER_COMPLEXITY + RATES
 PER = 100.0
 """Slopes are reported per this many steps."""
@@ -55,50 +64,150 @@ def unsolved_share(row: dict[str, Any]) -> float | None:
     return hist[0] / total if total else None
 
 
+def member_entropy(row: dict[str, Any], role: str) -> float | None:
+    """The mean over ``role``'s members of their mean token entropy in this step's update (``train.<id>.entropy``,
+    logged with ``rl.log_entropy``); None when no such member logged one. The single agent's one member counts
+    under both roles (its entropy spans its proposals and its answers)."""
+    roles = {m["id"]: m.get("role") for m in row.get("members") or []}
+    values = [stats["entropy"] for member, stats in (row.get("train") or {}).items()
+              if stats.get("entropy") and (roles.get(member) == role or len(roles) == 1)]
+    return fmean(values) if values else None
+
+
 def with_derived(rows: Rows) -> Rows:
-    """``rows`` with ``unsolved_share`` added where it is defined."""
+    """``rows`` with ``unsolved_share``, ``teacher_entropy`` and ``student_entropy`` added where they are defined."""
     out = []
     for row in rows:
-        share = unsolved_share(row)
-        out.append({**row, "unsolved_share": share} if share is not None else dict(row))
+        derived = {"unsolved_share": unsolved_share(row), "teacher_entropy": member_entropy(row, "teacher"),
+                   "student_entropy": member_entropy(row, "student")}
+        out.append({**row, **{k: v for k, v in derived.items() if v is not None}})
     return out
 
 
-@dataclass(frozen=True)
-class Slope:
-    """An OLS slope per ``PER`` steps with its 95 % CI half-width, the pooled line's direction
-    (``LineFit.direction``) and the per-seed slopes beside it."""
+MIN_SEEDS = 4
+"""Seeds per arm below which no verdict is quoted (module docstring)."""
 
-    slope: float
-    ci: float
-    pooled_direction: str
+
+@dataclass(frozen=True)
+class SeedSlopes:
+    """The per-seed OLS slopes of one metric in one arm, per ``PER`` steps, and their mean's 95 % t interval."""
+
     per_seed: tuple[float, ...]
 
     @property
+    def mean(self) -> float:
+        return float(np.mean(self.per_seed))
+
+    @property
+    def ci(self) -> float:
+        """t_{0.975, S-1} sd / sqrt(S); infinite for one seed (no interval)."""
+        return mean_ci(self.per_seed)[1] if len(self.per_seed) >= 2 else math.inf
+
+    @property
     def direction(self) -> str:
-        """The pooled line's "rises"/"falls" where every seed's slope has that sign, else "flat"."""
-        sign = {"rises": 1, "falls": -1}.get(self.pooled_direction, 0)
-        return self.pooled_direction if sign and all(s * sign > 0 for s in self.per_seed) else "flat"
+        """"rises" or "falls" where the interval excludes 0, else "flat"."""
+        return {"holds": "rises", "fails": "falls"}.get(verdict(self.mean - self.ci, self.mean + self.ci), "flat")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"slope": round(self.slope, 4), "ci": round(self.ci, 4), "per_seed": [round(s, 4) for s in self.per_seed],
+        ci = round(self.ci, 4) if self.ci < math.inf else None
+        return {"slope": round(self.mean, 4), "ci": ci, "per_seed": [round(v, 4) for v in self.per_seed],
                 "direction": self.direction}
 
 
-def pooled_slope(runs: Sequence[Rows], key: str) -> Slope | None:
-    """The OLS slope of ``key`` over every seed's measured points (module docstring); None under 3 points."""
-    xs, ys, per_seed = [], [], []
+def seed_slopes(runs: Sequence[Rows], key: str) -> SeedSlopes | None:
+    """Each seed's OLS slope of ``key`` on the step (per ``PER`` steps; seeds with under 3 points left out);
+    None when no seed has one."""
+    per_seed = []
     for rows in runs:
         x, y = series(rows, key)
-        xs.append(x)
-        ys.append(y)
         if len(x) >= 3 and np.ptp(x) > 0:
             per_seed.append(fit_line(x, y).slope * PER)
-    x, y = np.concatenate(xs) if xs else np.array([]), np.concatenate(ys) if ys else np.array([])
-    if len(x) < 3 or np.ptp(x) == 0:
-        return None
-    fit = fit_line(x, y)
-    return Slope(fit.slope * PER, fit.slope_ci * PER, fit.direction, tuple(per_seed))
+    return SeedSlopes(tuple(per_seed)) if per_seed else None
+
+
+def verdict(lo: float, hi: float) -> str:
+    """``holds`` when the interval [lo, hi] of a difference lies above 0, ``fails`` below 0, else ``inconclusive``."""
+    if lo > 0:
+        return "holds"
+    if hi < 0:
+        return "fails"
+    return "inconclusive"
+
+
+def all_of(verdicts: Sequence[str]) -> str:
+    """One verdict of several claims by the same rule each way: ``holds`` if all hold, ``fails`` if all fail."""
+    if verdicts and all(v == "holds" for v in verdicts):
+        return "holds"
+    if verdicts and all(v == "fails" for v in verdicts):
+        return "fails"
+    return "inconclusive"
+
+
+def welch_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    """mean(a) - mean(b) with Welch's 95 % interval (module docstring); ``ci`` is its half-width (None when an
+    arm has under 2 values), ``df`` the Welch-Satterthwaite degrees of freedom."""
+    va, vb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    diff = float(va.mean() - vb.mean())
+    out: dict[str, Any] = {"difference": round(diff, 4), "a": round(float(va.mean()), 4), "b": round(float(vb.mean()), 4),
+                           "seeds": [len(va), len(vb)]}
+    if len(va) < 2 or len(vb) < 2:
+        return {**out, "ci": None, "df": None}
+    qa, qb = va.var(ddof=1) / len(va), vb.var(ddof=1) / len(vb)
+    se = math.sqrt(qa + qb)
+    if se == 0:
+        return {**out, "ci": 0.0, "df": len(va) + len(vb) - 2}
+    df = (qa + qb) ** 2 / ((qa ** 2 / (len(va) - 1) if qa else 0.0) + (qb ** 2 / (len(vb) - 1) if qb else 0.0))
+    dof = max(1, int(math.floor(df)))
+    return {**out, "ci": round(t_quantile_975(dof) * se, 4), "df": round(df, 2)}
+
+
+def difference_verdict(d: dict[str, Any]) -> str:
+    """:func:`verdict` of a difference with its half-width ``ci`` (or its bootstrap ``lo``/``hi``)."""
+    if "lo" in d:
+        return verdict(d["lo"], d["hi"])
+    if d.get("ci") is None:
+        return "inconclusive"
+    return verdict(d["difference"] - d["ci"], d["difference"] + d["ci"])
+
+
+def paired_probe_difference(population: Sequence[Sequence[Sequence[int]]], single: Sequence[Sequence[Sequence[int]]],
+                            samples: int, weakest: bool = False, replicates: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Probe solve rate, population - single agent, paired by task, with a percentile bootstrap over tasks and seeds.
+
+    ``population[s][m][t]``: correct answers (of ``samples``) of student m of population seed s on task t;
+    ``single[s][0][t]`` likewise (a seed's one adapter). A seed's score is the mean over its students of their
+    mean rate over the tasks (``weakest``: the lowest student's); an arm's score is its seeds' mean. A replicate
+    draws T tasks with replacement (the same draw for both arms: paired) and each arm's seeds with replacement;
+    ``lo``/``hi`` are the 2.5 and 97.5 percentiles of the replicates' differences, ``ci`` their half-distance.
+    """
+    pop = [np.asarray(seed_scores, dtype=float) / samples for seed_scores in population]
+    sin = [np.asarray(seed_scores, dtype=float) / samples for seed_scores in single]
+    tasks = {a.shape[1] for a in pop + sin}
+    if not pop or not sin or len(tasks) != 1:
+        raise ValueError(f"a paired probe comparison needs seeds on both sides answering the same tasks (task counts: {sorted(tasks)})")
+    n_tasks = tasks.pop()
+
+    def arm_score(arm: list[np.ndarray], idx: np.ndarray) -> np.ndarray:
+        """[R] scores of an arm's seeds on the task draws idx [R, T] -> [S, R]."""
+        per_seed = []
+        for a in arm:
+            rates = a[:, idx].mean(axis=-1)  # [M, R]
+            per_seed.append(rates.min(axis=0) if weakest else rates.mean(axis=0))
+        return np.stack(per_seed)
+
+    full = np.arange(n_tasks)[None, :]
+    point = float(arm_score(pop, full).mean() - arm_score(sin, full).mean())
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n_tasks, size=(replicates, n_tasks))
+    p_scores, s_scores = arm_score(pop, idx), arm_score(sin, idx)  # [S, R]
+    p_pick = rng.integers(0, len(pop), size=(replicates, len(pop)))
+    s_pick = rng.integers(0, len(sin), size=(replicates, len(sin)))
+    cols = np.arange(replicates)[:, None]
+    diffs = p_scores.T[cols, p_pick].mean(axis=1) - s_scores.T[cols, s_pick].mean(axis=1)
+    lo, hi = (float(v) for v in np.percentile(diffs, [2.5, 97.5]))
+    return {"difference": round(point, 4), "lo": round(lo, 4), "hi": round(hi, 4), "ci": round((hi - lo) / 2, 4),
+            "a": round(float(arm_score(pop, full).mean()), 4), "b": round(float(arm_score(sin, full).mean()), 4),
+            "tasks": n_tasks, "seeds": [len(pop), len(sin)], "replicates": replicates}
 
 
 def seed_band(runs: Sequence[Rows], key: str, smooth: bool = True) -> dict[str, list[float]]:
@@ -136,32 +245,6 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     if len(v) < 2:
         return float(v.mean()), 0.0
     return float(v.mean()), t_quantile_975(len(v) - 1) * float(v.std(ddof=1)) / math.sqrt(len(v))
-
-
-def difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
-    """mean(a) - mean(b) with a 95 % CI from the two seed samples (Welch: the half-widths add in quadrature)."""
-    ma, ha = mean_ci(a)
-    mb, hb = mean_ci(b)
-    return {"difference": round(ma - mb, 4), "ci": round(math.hypot(ha, hb), 4), "a": round(ma, 4), "b": round(mb, 4)}
-
-
-def proportion_difference(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> dict[str, float]:
-    """Pooled solve rates p_a - p_b (``(correct, answers)`` per model) +- 1.96 sqrt(p_a q_a / n_a + p_b q_b / n_b)."""
-    ca, na = sum(c for c, _ in a), sum(n for _, n in a)
-    cb, nb = sum(c for c, _ in b), sum(n for _, n in b)
-    if not na or not nb:
-        raise ValueError("a probe comparison needs answers on both sides")
-    pa, pb = ca / na, cb / nb
-    half = 1.96 * math.sqrt(pa * (1 - pa) / na + pb * (1 - pb) / nb)
-    return {"difference": round(pa - pb, 4), "ci": round(half, 4), "a": round(pa, 4), "b": round(pb, 4)}
-
-
-def verdict_difference(d: dict[str, float]) -> str:
-    if d["difference"] - d["ci"] > 0:
-        return "holds"
-    if d["difference"] + d["ci"] < 0:
-        return "fails"
-    return "inconclusive"
 
 
 def written_in(row: dict[str, Any]) -> int:
@@ -229,15 +312,15 @@ def rho_by_teacher(rows: Rows) -> dict[str, list[int]]:
 
 
 def arm_summary(runs: Sequence[Rows]) -> dict[str, Any]:
-    """Per metric the pooled slope, first/last block means (seed mean), and the arm's diagnostics."""
+    """Per metric the seeds' slopes (mean and t interval), first/last block means (seed mean), and the arm's diagnostics."""
     runs = [with_derived(rows) for rows in runs]
     metrics: dict[str, Any] = {}
     for key in TRENDED:
-        slope = pooled_slope(runs, key)
+        slopes = seed_slopes(runs, key)
         firsts, lasts = zip(*(block_means(rows, key) for rows in runs))
         first = [v for v in firsts if v is not None]
         last = [v for v in lasts if v is not None]
-        metrics[key] = {**(slope.as_dict() if slope else {"slope": None, "ci": None, "per_seed": [], "direction": "flat"}),
+        metrics[key] = {**(slopes.as_dict() if slopes else {"slope": None, "ci": None, "per_seed": [], "direction": "flat"}),
                         "first": round(fmean(first), 4) if first else None,
                         "last": round(fmean(last), 4) if last else None}
     coverage = [float(rows[-1]["coverage"]) for rows in runs]
@@ -258,41 +341,60 @@ def arm_summary(runs: Sequence[Rows]) -> dict[str, Any]:
     }
 
 
-def complexity_verdicts(single: dict[str, Any], population: dict[str, Any]) -> dict[str, str]:
-    """``single_complexity_down`` and ``population_complexity_not_down`` (module docstring)."""
-    s = [single["metrics"][k]["direction"] for k in COMPLEXITY]
-    p = [population["metrics"][k]["direction"] for k in COMPLEXITY]
-    return {
-        "single_complexity_down": "holds" if all(d == "falls" for d in s) else ("fails" if "rises" in s else "inconclusive"),
-        "population_complexity_not_down": "fails" if "falls" in p else "holds",
+def slope_verdict(metric: dict[str, Any], sign: int) -> str:
+    """The verdict that an arm's slope (``arm_summary``'s metric entry) has ``sign`` (+1 rises, -1 falls)."""
+    if metric["ci"] is None:
+        return "inconclusive"
+    lo, hi = sign * metric["slope"] - metric["ci"], sign * metric["slope"] + metric["ci"]
+    return verdict(lo, hi)
+
+
+def complexity_claims(population: Sequence[Rows], single: Sequence[Rows], pop: dict[str, Any],
+                      sin: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Per complexity metric the population - single slope difference (Welch, module docstring) and each arm's
+    direction; returns (comparisons, verdicts over the four metrics)."""
+    pop_runs, sin_runs = [with_derived(r) for r in population], [with_derived(r) for r in single]
+    interaction: dict[str, Any] = {}
+    for key in COMPLEXITY:
+        a, b = seed_slopes(pop_runs, key), seed_slopes(sin_runs, key)
+        d = welch_difference(a.per_seed, b.per_seed) if a and b else {"difference": None, "ci": None}
+        interaction[key] = {**d, "verdict": difference_verdict(d) if a and b else "inconclusive"}
+    verdicts = {
+        "population_minus_single_complexity_slope": all_of([interaction[k]["verdict"] for k in COMPLEXITY]),
+        "single_complexity_down": all_of([slope_verdict(sin["metrics"][k], -1) for k in COMPLEXITY]),
+        "population_complexity_up": all_of([slope_verdict(pop["metrics"][k], +1) for k in COMPLEXITY]),
     }
+    per_metric = {k: {"interaction": interaction[k]["verdict"], "single_down": slope_verdict(sin["metrics"][k], -1),
+                      "population_up": slope_verdict(pop["metrics"][k], +1)} for k in COMPLEXITY}
+    return {"population_minus_single_complexity_slope": interaction, "complexity_verdicts_per_metric": per_metric}, verdicts
 
 
 def study_summary(population: Sequence[Rows], single: Sequence[Rows],
                   probes: dict[str, Any] | None = None) -> dict[str, Any]:
     """Both arms' summaries, the comparisons and every claim's verdict. ``probes`` (optional):
-    ``{"population": [[(correct, answers) per student] per seed], "single": [[(correct, answers)] per seed],
-    "base": (correct, answers)}``."""
+    ``{"population": [[per-task correct counts per student] per seed], "single": [[counts] per seed],
+    "base": [counts], "samples": answers per task}``."""
     pop, sin = arm_summary(population), arm_summary(single)
-    claims: dict[str, Any] = {}
-    verdicts = complexity_verdicts(sin, pop)
-    per_program = difference(pop["coverage_per_program"], sin["coverage_per_program"])
+    claims, verdicts = complexity_claims(population, single, pop, sin)
+    per_program = welch_difference(pop["coverage_per_program"], sin["coverage_per_program"])
     matched_programs = min(min(pop["written_programs"]), min(sin["written_programs"]))
-    matched = difference([coverage_at(rows, matched_programs) for rows in population],
-                         [coverage_at(rows, matched_programs) for rows in single])
+    matched = welch_difference([coverage_at(rows, matched_programs) for rows in population],
+                               [coverage_at(rows, matched_programs) for rows in single])
     claims["coverage_per_program"] = per_program
     claims["coverage_at_equal_programs"] = {**matched, "programs": matched_programs}
-    verdicts["population_coverage_per_proposal_higher"] = verdict_difference(per_program)
+    verdicts["population_coverage_per_proposal_higher"] = difference_verdict(per_program)
     if probes is not None:
-        pop_models = [m for seed in probes["population"] for m in seed]
-        weakest = [min(seed, key=lambda cn: cn[0] / cn[1]) for seed in probes["population"]]
-        single_models = [m for seed in probes["single"] for m in seed]
-        mean_vs = proportion_difference(pop_models, single_models)
-        weak_vs = proportion_difference(weakest, single_models)
+        samples = probes["samples"]
+        mean_vs = paired_probe_difference(probes["population"], probes["single"], samples)
+        weak_vs = paired_probe_difference(probes["population"], probes["single"], samples, weakest=True)
         claims["probe_population_mean_minus_single"] = mean_vs
         claims["probe_weakest_member_minus_single"] = weak_vs
-        base_c, base_n = probes["base"]
-        claims["probe_base"] = round(base_c / base_n, 4)
-        verdicts["population_mean_probe_ge_single"] = verdict_difference(mean_vs)
-        verdicts["weakest_member_probe_ge_single"] = verdict_difference(weak_vs)
-    return {"population": pop, "single": sin, "comparisons": claims, "verdicts": verdicts}
+        claims["probe_base"] = round(float(np.mean(probes["base"])) / samples, 4)
+        verdicts["population_mean_probe_ge_single"] = difference_verdict(mean_vs)
+        verdicts["weakest_member_probe_ge_single"] = difference_verdict(weak_vs)
+    enough = min(len(population), len(single)) >= MIN_SEEDS
+    out = {"population": pop, "single": sin, "comparisons": claims, "min_seeds": MIN_SEEDS, "powered": enough,
+           "verdicts": verdicts if enough else {k: "inconclusive" for k in verdicts}}
+    if not enough:
+        out["unpowered"] = verdicts  # what the verdicts would be: not quoted (module docstring)
+    return out

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from reporting.report_summary import CUMULATIVE  # noqa: E402
-from reporting.study import pooled_slope, seed_band, with_derived  # noqa: E402
+from reporting.study import seed_band, seed_slopes, with_derived  # noqa: E402
 
 Rows = list[dict[str, Any]]
 
@@ -33,7 +33,7 @@ ARM_STYLE = {"population": ("tab:blue", "population"), "single": ("tab:orange", 
 
 
 def draw_study(population: Sequence[Rows], single: Sequence[Rows], path: Path) -> Path:
-    """Write the figure to ``path``; each legend entry carries the arm's pooled slope per 100 steps +- its CI."""
+    """Write the figure to ``path``; each legend entry carries the mean of the arm's per-seed slopes per 100 steps +- its t interval."""
     arms = {"population": [with_derived(r) for r in population], "single": [with_derived(r) for r in single]}
     fig, axes = plt.subplots(2, 4, figsize=(18, 8))
     for ax, (key, title) in zip(axes.flat, PANELS):
@@ -43,15 +43,15 @@ def draw_study(population: Sequence[Rows], single: Sequence[Rows], path: Path) -
             if not band["steps"]:
                 continue
             steps = np.array(band["steps"])
-            slope = pooled_slope(runs, key) if key not in CUMULATIVE else None
-            label = f"{name} ({len(runs)} seeds)" + (f": {slope.slope:+.2f} +- {slope.ci:.2f} / 100 steps" if slope else "")
+            slope = seed_slopes(runs, key) if key not in CUMULATIVE else None
+            label = f"{name} ({len(runs)} seeds)" + (f": {slope.mean:+.2f} +- {slope.ci:.2f} / 100 steps" if slope else "")
             ax.plot(steps, band["mean"], color=color, label=label)
             ax.fill_between(steps, band["lo"], band["hi"], color=color, alpha=0.2, linewidth=0)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.legend(fontsize=7)
     fig.suptitle("population vs single agent: mean of the seeds' rolling means, 95% band across seeds; "
-                 "legend: OLS slope pooled over seeds")
+                 "legend: mean of the seeds' OLS slopes +- its t interval")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -189,3 +189,16 @@ def test_every_field_has_description_and_numeric_bounds():
                 yield name
 
     assert len(list(walk(Config))) > 40
+
+
+def test_learning_off_needs_evolution_off_and_the_advantage_options_are_checked():
+    from configs.schema import Config
+
+    with pytest.raises(ValueError, match="evolution.enabled=false"):
+        Config.model_validate({"rl": {"train": False}})
+    control = Config.model_validate({"rl": {"train": False}, "evolution": {"enabled": False}})
+    assert control.rl.learning_rate > 0 and control.rl.log_entropy
+    with pytest.raises(ValueError, match="advantage_weighting"):
+        Config.model_validate({"rl": {"advantage_weighting": "words"}})
+    with pytest.raises(ValueError, match="loss_normaliser"):
+        Config.model_validate({"rl": {"loss_normaliser": "max"}})

@@ -13,10 +13,11 @@ import pytest
 
 from short_runs import ROOT, launch_env
 
+COMPLEXITY = ("program_ast_depth", "program_cyclomatic", "program_loc", "program_variables")
 OVERRIDES = ["model.tiny_variant=test", "tasks.tasks_per_teacher=3", "tasks.rollouts_k=2", "inference.max_tokens=96",
              "verifier.actors=2"]
-CLAIMS = {"single_complexity_down", "population_complexity_not_down", "population_coverage_per_proposal_higher",
-          "population_mean_probe_ge_single", "weakest_member_probe_ge_single"}
+CLAIMS = {"population_minus_single_complexity_slope", "single_complexity_down", "population_complexity_up",
+          "population_coverage_per_proposal_higher", "population_mean_probe_ge_single", "weakest_member_probe_ge_single"}
 
 
 def bench(folder: Path, *args: str, overrides: list[str] = OVERRIDES) -> subprocess.CompletedProcess:
@@ -36,7 +37,15 @@ def test_smoke_study_reports_every_claim(study):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(result["verdicts"]) == CLAIMS
-    assert all(v in ("holds", "fails", "inconclusive") for v in result["verdicts"].values())
+    assert set(result["verdicts"].values()) == {"inconclusive"} and not result["powered"]  # one seed: nothing quoted
+    assert set(result["unpowered"]) == CLAIMS
+    assert set(result["comparisons"]["population_minus_single_complexity_slope"]) == set(COMPLEXITY)
+    for arm in ("population", "single"):  # every proposal recorded with its reward and advantage
+        records = [json.loads(line) for line in (folder / arm / "seed-0" / "proposals.jsonl").read_text().splitlines()]
+        assert {r["step"] for r in records} == {1, 2, 3} and all("advantage" in r and "reward" in r for r in records)
+        window = result["complexity_payoff"][arm]["windows"][0]
+        assert set(window["pair_shares"]) == {"invalid_vs_valid", "unsolved_vs_solved", "solved_vs_solved", "same_class"}
+    assert result["comparisons"]["probe_population_mean_minus_single"]["tasks"] == 3
     assert result["seeds"] == {"population": 1, "single": 1} and result["failed_runs"] == []
     for arm in ("population", "single"):
         metrics = result[arm]["metrics"]

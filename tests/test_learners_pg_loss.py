@@ -19,6 +19,31 @@ def test_advantages_are_token_weighted_whitening_per_group():
     assert torch.equal(adv[2:], torch.zeros(3))
 
 
+@pytest.mark.parametrize("winner_tokens, loser_tokens, centred, whitened", [
+    (40, 80, (0.50, -0.25), (1.4142, -0.7071)),   # the shorter completion wins: it carries the larger advantage
+    (80, 40, (0.25, -0.50), (0.7071, -1.4142)),   # the longer wins: the shorter loser still carries the larger one
+])
+def test_token_weighting_favours_the_shorter_completion_of_a_pair(winner_tokens, loser_tokens, centred, whitened):
+    """A group of two, rewards 0.75 (winner) and 0: token-weighted, per token the shorter completion carries the
+    larger advantage whichever way the reward points; summed over each completion the two are equal and opposite."""
+    rewards, groups, tokens = [0.75, 0.0], ["g", "g"], [winner_tokens, loser_tokens]
+    c = group_normalised_advantages(rewards, groups, tokens, eps=0.0, whiten=False)
+    w = group_normalised_advantages(rewards, groups, tokens, eps=0.0)
+    torch.testing.assert_close(c, torch.tensor(centred), atol=1e-4, rtol=0)
+    torch.testing.assert_close(w, torch.tensor(whitened), atol=1e-4, rtol=0)
+    assert float(c[0] * tokens[0] + c[1] * tokens[1]) == pytest.approx(0.0, abs=1e-5)
+
+
+def test_sequence_weighting_is_grpos_group_mean_whatever_the_lengths():
+    for tokens in ([40, 80], [80, 40], [5, 5]):
+        c = group_normalised_advantages([0.75, 0.0], ["g", "g"], tokens, eps=0.0, whiten=False, weighting="sequence")
+        w = group_normalised_advantages([0.75, 0.0], ["g", "g"], tokens, eps=0.0, weighting="sequence")
+        torch.testing.assert_close(c, torch.tensor([0.375, -0.375]))
+        torch.testing.assert_close(w, torch.tensor([1.0, -1.0]))  # a group of two whitens to +-1 at any lengths
+    with pytest.raises(ValueError, match="advantage weighting"):
+        group_normalised_advantages([1.0, 0.0], ["g", "g"], [1, 1], weighting="words")
+
+
 def test_advantages_reject_bad_input():
     with pytest.raises(ValueError, match="same length"):
         group_normalised_advantages([1.0, 2.0], ["a"], [1, 1])
@@ -97,3 +122,21 @@ def test_loss_rejects_inconsistent_inputs():
         policy_gradient_loss(x, x, s, PGConfig(entropy_coef=0.1))
     with pytest.raises(ValueError, match="clip_epsilon"):
         PGConfig(clip_epsilon=1.5)
+
+
+def test_step_targets_take_the_weighting_and_dr_grpos_constant_normaliser():
+    from learners.batching import Sample
+    from learners.data_parallel import step_targets
+    from learners.policy_learner import UpdateConfig
+
+    samples = [Sample(0, [1], [2] * 40, 0.75, "g"), Sample(0, [1], [3] * 80, 0.0, "g"), Sample(1, [1], [4] * 10, 1.0, "g")]
+    token = step_targets(samples, whiten=False)
+    torch.testing.assert_close(token.advantages, torch.tensor([0.5, -0.25, 0.0]))
+    assert token.slot_token_totals == {0: 120.0, 1: 10.0}  # N_a: the adapter's completion tokens
+    dr_grpo = UpdateConfig(advantage_norm="center", advantage_weighting="sequence", constant_normaliser=192).targets(samples)
+    torch.testing.assert_close(dr_grpo.advantages, torch.tensor([0.375, -0.375, 0.0]))
+    assert dr_grpo.slot_token_totals == {0: 2 * 192.0, 1: 192.0}  # N_a = S_a L_max
+    with pytest.raises(ValueError, match="advantage_weighting"):
+        UpdateConfig(advantage_weighting="words")
+    with pytest.raises(ValueError, match="constant_normaliser"):
+        step_targets(samples, constant_normaliser=-1)

@@ -56,11 +56,14 @@ def test_checkpoints_are_atomic_and_latest_is_complete(tmp_path):
 def test_metrics_append_truncate_and_survive_a_cut_line(tmp_path):
     run = RunDirectory(tmp_path)
     for step in range(1, 6):
-        run.append_metrics(synthetic_row(step))
+        run.append_metrics({**synthetic_row(step), "proposals": [{"member": "t0", "valid": True}, {"member": "t0", "valid": False}]})
     run.close()
     assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4, 5]
+    assert "proposals" not in run.read_metrics()[0]  # the records go to their own file, one line each
+    assert [r["step"] for r in run.read_side("proposals")] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
     run.truncate_metrics(3)
     assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]
+    assert [r["step"] for r in run.read_side("proposals")] == [1, 1, 2, 2, 3, 3]
     with open(run.metrics_path, "a") as handle:
         handle.write('{"step": 4, "cut')
     assert [r["step"] for r in run.read_metrics()] == [1, 2, 3]

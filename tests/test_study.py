@@ -5,19 +5,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import math
+
 import numpy as np
 import pytest
 
 from reporting.step_metrics import step_row
 from reporting.study import (
+    all_of,
     coverage_at,
     lineages,
-    pooled_slope,
-    proportion_difference,
+    paired_probe_difference,
     seed_band,
     seed_drain_step,
+    seed_slopes,
     study_summary,
+    welch_difference,
 )
+from reporting.report_trends import t_quantile_975 as t_975
 from verifier.metrics import Coverage
 from verifier.tasks import Task
 
@@ -41,13 +46,28 @@ def synthetic_run(slope: float, seed: int, steps: int = 60, written: int = 6) ->
     return rows
 
 
-def test_pooled_slope_recovers_the_trend_and_needs_every_seed_to_agree():
-    runs = [synthetic_run(-1.0, seed) for seed in range(3)]
-    slope = pooled_slope(runs, "program_loc")
-    assert slope.slope == pytest.approx(-1.0, abs=0.1) and slope.ci < 0.2
-    assert slope.direction == "falls" and len(slope.per_seed) == 3
-    mixed = runs[:2] + [synthetic_run(+1.5, 9)]  # the pooled line may fall; one seed rising makes it no claim
-    assert pooled_slope(mixed, "program_loc").direction == "flat"
+def test_seed_slopes_take_the_seed_as_the_unit():
+    runs = [synthetic_run(-1.0, seed) for seed in range(4)]
+    slopes = seed_slopes(runs, "program_loc")
+    assert slopes.mean == pytest.approx(-1.0, abs=0.1) and len(slopes.per_seed) == 4
+    b = np.array(slopes.per_seed)
+    assert slopes.ci == pytest.approx(3.182446 * b.std(ddof=1) / 2, rel=1e-5)  # t_{0.975, 3} sd / sqrt(4)
+    assert slopes.direction == "falls"
+    mixed = runs[:3] + [synthetic_run(+3.0, 9)]  # one seed the other way widens the interval over 0
+    assert seed_slopes(mixed, "program_loc").direction == "flat"
+    assert seed_slopes(runs[:1], "program_loc").direction == "flat"  # one seed: no interval, no direction
+
+
+def test_welch_difference_on_hand_numbers():
+    d = welch_difference([1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 1.0, 1.0])
+    se = math.sqrt(np.var([1, 2, 3, 4], ddof=1) / 4 + np.var([0, 0, 1, 1], ddof=1) / 4)
+    qa, qb = np.var([1, 2, 3, 4], ddof=1) / 4, np.var([0, 0, 1, 1], ddof=1) / 4
+    df = (qa + qb) ** 2 / (qa ** 2 / 3 + qb ** 2 / 3)
+    assert d["difference"] == 2.0 and d["df"] == pytest.approx(df, abs=0.01)
+    assert d["ci"] == pytest.approx(t_975(int(df)) * se, abs=1e-4)
+    assert welch_difference([1.0], [0.0, 1.0])["ci"] is None
+    assert all_of(["holds"] * 4) == "holds" and all_of(["fails"] * 4) == "fails"
+    assert all_of(["holds", "holds", "inconclusive", "holds"]) == "inconclusive"
 
 
 def test_seed_band_is_the_t_interval_of_the_seed_mean():
@@ -58,30 +78,60 @@ def test_seed_band_is_the_t_interval_of_the_seed_mean():
     assert band["hi"][0] - band["mean"][0] == pytest.approx(4.302653 * values.std(ddof=1) / np.sqrt(3), rel=1e-5)
 
 
-def test_verdicts_follow_the_slopes():
-    population = [synthetic_run(+0.8, seed) for seed in range(3)]
-    single = [synthetic_run(-0.8, seed + 10, written=3) for seed in range(3)]
-    probes = {"population": [[(30, 100), (25, 100)]] * 3, "single": [[(20, 100)]] * 3, "base": (18, 100)}
+def probe_counts(rate: float, tasks: int = 60, samples: int = 4, shift: int = 0) -> list[int]:
+    """Per-task correct counts whose mean rate is about ``rate`` (a deterministic spread over the tasks)."""
+    return [min(samples, max(0, round(rate * samples + ((t * 7 + shift) % 5 - 2) * 0.5))) for t in range(tasks)]
+
+
+def test_verdicts_follow_the_slopes_symmetrically_with_enough_seeds():
+    """Synthetic runs with a known interaction: population +0.8, single -0.8 per 100 steps, 4 seeds each."""
+    population = [synthetic_run(+0.8, seed) for seed in range(4)]
+    single = [synthetic_run(-0.8, seed + 10, written=3) for seed in range(4)]
+    probes = {"population": [[probe_counts(0.5, shift=s), probe_counts(0.45, shift=s + 1)] for s in range(4)],
+              "single": [[probe_counts(0.25, shift=s)] for s in range(4)], "base": probe_counts(0.2), "samples": 4}
     summary = study_summary(population, single, probes)
+    assert summary["powered"] and summary["min_seeds"] == 4
     verdicts = summary["verdicts"]
+    interaction = summary["comparisons"]["population_minus_single_complexity_slope"]
+    for key in COMPLEXITY:
+        assert interaction[key]["difference"] == pytest.approx(1.6, abs=0.15) and interaction[key]["verdict"] == "holds"
+    assert verdicts["population_minus_single_complexity_slope"] == "holds"
     assert verdicts["single_complexity_down"] == "holds"
-    assert verdicts["population_complexity_not_down"] == "holds"
-    assert verdicts["population_mean_probe_ge_single"] == "holds"  # 0.275 vs 0.20 over 600 and 300 answers
-    assert verdicts["weakest_member_probe_ge_single"] == "inconclusive"  # 0.25 vs 0.20
+    assert verdicts["population_complexity_up"] == "holds"
+    assert verdicts["population_mean_probe_ge_single"] == "holds"
+    assert verdicts["weakest_member_probe_ge_single"] == "holds"
     assert verdicts["population_coverage_per_proposal_higher"] == "fails"  # same coverage, twice the programs
     assert summary["comparisons"]["coverage_at_equal_programs"]["programs"] == 180
-    flipped = study_summary(single, population)["verdicts"]
-    assert flipped["single_complexity_down"] == "fails" and flipped["population_complexity_not_down"] == "fails"
+    flipped = study_summary(single, population)["verdicts"]  # the same rule each way
+    assert flipped["population_minus_single_complexity_slope"] == "fails"
+    assert flipped["single_complexity_down"] == "fails" and flipped["population_complexity_up"] == "fails"
     assert summary["single"]["metrics"]["unsolved_share"]["first"] == pytest.approx(0.4)
     assert summary["single"]["proposer_token_share"] == pytest.approx(0.25)
+    level = study_summary([synthetic_run(0.0, s) for s in range(4)], [synthetic_run(0.0, s + 20) for s in range(4)])
+    assert level["verdicts"]["population_minus_single_complexity_slope"] == "inconclusive"  # no effect: no claim
 
 
-def test_probe_difference_is_the_two_proportion_interval():
-    d = proportion_difference([(50, 100)], [(40, 100)])
-    assert d["difference"] == pytest.approx(0.1)
-    assert d["ci"] == pytest.approx(1.96 * np.sqrt(0.25 / 100 + 0.24 / 100), abs=1e-4)
-    with pytest.raises(ValueError):
-        proportion_difference([], [(1, 2)])
+def test_under_four_seeds_no_verdict_is_quoted():
+    population = [synthetic_run(+0.8, seed) for seed in range(2)]
+    single = [synthetic_run(-0.8, seed + 10) for seed in range(2)]
+    summary = study_summary(population, single)
+    assert not summary["powered"]
+    assert set(summary["verdicts"].values()) == {"inconclusive"}
+    assert summary["unpowered"]["population_minus_single_complexity_slope"] == "holds"  # computed, kept apart
+
+
+def test_probe_difference_is_paired_by_task_and_bootstrapped_over_tasks_and_seeds():
+    hard = [0] * 30 + [4] * 30  # half the tasks nobody solves, half everybody: the task mix is shared by both arms
+    better = [[[min(4, c + (t % 2)) for t, c in enumerate(hard)]] for _ in range(4)]
+    d = paired_probe_difference(better, [[hard]] * 4, samples=4)
+    assert d["difference"] == pytest.approx(15 / 240)  # +1 answer on half of the unsolved half: 15 of 240
+    assert 0 < d["lo"] <= d["difference"] <= d["hi"]  # pairing removes the tasks' spread from the interval
+    same = paired_probe_difference([[hard]] * 4, [[hard]] * 4, samples=4)
+    assert same["difference"] == 0 and same["lo"] == same["hi"] == 0
+    with pytest.raises(ValueError, match="same tasks"):
+        paired_probe_difference([[hard]], [[hard[:10]]], samples=4)
+    weakest = paired_probe_difference([[hard, [4] * 60]] * 4, [[hard]] * 4, samples=4, weakest=True)
+    assert weakest["difference"] == 0  # the weakest student is the one like the single agent
 
 
 def test_lineages_coverage_at_and_seed_drain():

@@ -36,6 +36,25 @@ def metrics(run_dir: Path) -> list[dict]:
     return RunDirectory(run_dir).read_metrics()
 
 
+def test_learning_off_is_a_control_in_which_no_adapter_changes(tiny_model, tmp_path):
+    """rl.train=false (with evolution off): the loop samples, validates, judges and fills the buffers, and no
+    adapter changes; nothing is handed over."""
+    from safetensors.torch import load_file
+
+    run_dir = tmp_path / "control"
+    done = launch("--run-dir", str(run_dir), "--steps", "2", "--quiet", *SHORT, "rl.train=false", "evolution.enabled=false")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = metrics(run_dir)
+    assert [r["train"] for r in rows] == [{}, {}] and "handover" not in rows[0]["phase_seconds"]
+    assert rows[0]["valid_rate"] > 0
+    steps = [sorted((run_dir / "checkpoints" / f"step-{s}" / "learners").rglob("adapter_model.safetensors")) for s in (1, 2)]
+    assert steps[0] and len(steps[0]) == len(steps[1])
+    for a, b in zip(*steps):
+        ta, tb = load_file(a), load_file(b)
+        assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
+    assert RunDirectory(run_dir).read_side("proposals")  # the records are kept in the control too
+
+
 @pytest.mark.slow
 def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
     first, run_dir = short_run, short_run.run_dir  # launch.py --steps 2 with SHORT_RUN (conftest)
@@ -47,6 +66,11 @@ def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
             "written_programs", "buffer_programs", "buffer_seed_share", "buffer_program_loc", "rho_by_teacher"}
     assert keys <= set(rows[0])
     assert rows[0]["buffer_programs"] > 0 and rows[0]["buffer_seed_share"] == 1.0  # step 1 draws only seed tasks
+    for row in rows:  # every member's mean token entropy, every step (rl.log_entropy)
+        assert row["train"] and all(stats["entropy"] > 0 for stats in row["train"].values())
+    proposals = RunDirectory(run_dir).read_side("proposals")  # one record per proposal, with its advantage
+    assert len([p for p in proposals if p["step"] == 1]) == 3 * sum(m["role"] == "teacher" for m in rows[0]["members"])
+    assert all(p["advantage"] is not None or p["completion_tokens"] == 0 for p in proposals)
     assert set(rows[0]["rho_by_teacher"]) == {m["id"] for m in rows[0]["members"] if m["role"] == "teacher"}
     assert set(rows[0]["phase_seconds"]) == {"match", "propose", "validate", "solve", "judge", "train", "handover", "record",
                                              "evolve"}
