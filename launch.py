@@ -44,7 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config", type=Path, help="YAML preset (default: configs/tiny.yaml)")
     parser.add_argument("--run-dir", type=Path, help="output directory (default: runs/<name>-<timestamp>)")
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its latest checkpoint")
-    parser.add_argument("--steps", type=int, help="steps to run (with --resume: further steps)")
+    parser.add_argument("--steps", type=int, help="steps to run (with --resume: further steps; without, --resume runs to "
+                                                  "the run's planned last step)")
     parser.add_argument("--dry-run", action="store_true",
                         help="validate, print the config, placement, memory plan and time plan, exit (1 if memory does not fit)")
     parser.add_argument("--cluster", metavar="[NODESx]GPUSxKIND",
@@ -68,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def resolve_config(args: argparse.Namespace) -> Config:
     """The validated config of this invocation (a resumed run starts from its saved config)."""
     overrides = list(args.overrides)
-    if args.steps is not None:
+    if args.steps is not None and args.resume is None:  # with --resume, --steps counts further steps (actors.driver.train)
         overrides.append(f"run.steps={args.steps}")
     if args.constants is not None:
         overrides.append(f"plan.constants_file={args.constants}")
@@ -272,7 +273,8 @@ def run_or_plan(args: argparse.Namespace, config: Config) -> int:
         print(f"error: the training loop is not built yet ({exc}); use --dry-run", file=sys.stderr)
         return 3
     output = "quiet" if args.quiet else "verbose" if args.verbose else "default"
-    return train(config, resume=args.resume is not None, output=output)
+    return train(config, resume=args.resume is not None, output=output,
+                 further_steps=args.steps if args.resume is not None else None)
 
 
 if __name__ == "__main__":

@@ -226,8 +226,12 @@ class Recovery:
         return system, restored
 
 
-def train(config: Config, resume: bool = False, output: str = "default") -> int:
+def train(config: Config, resume: bool = False, output: str = "default", further_steps: int | None = None) -> int:
     """Run ``config`` (continuing its run directory when ``resume``); returns the exit code.
+
+    A resumed run ends at its planned last step, ``run.steps`` of its saved config, or with ``further_steps`` N
+    at N steps past its checkpoint (the saved config then records that new end). One that already reached its
+    last step says so and returns 0.
 
     Attaches to the Ray session of this process when one is running (and leaves it running), else
     connects or starts one (``actors.cluster.connect``) and shuts it down at the end. ``output``: one of
@@ -239,13 +243,13 @@ def train(config: Config, resume: bool = False, output: str = "default") -> int:
     level = logging.getLogger().level
     handlers = attach_log_handlers(run, output)
     try:
-        return _train(config, resume, terminal, run)
+        return _train(config, resume, terminal, run, further_steps)
     finally:
         detach_log_handlers(handlers)
         logging.getLogger().setLevel(level)
 
 
-def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) -> int:
+def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, further_steps: int | None = None) -> int:
     import ray
     from tqdm import tqdm
 
@@ -257,17 +261,22 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory) 
 
     start_step = 1
     checkpoint, notes = run.find_checkpoint() if resume else (None, [])
-    if resume:
-        terminal.say(f"resuming {run.root}: {run.describe_status(run.read_status())}")
-        for note in notes:
-            print(f"[populora] {note}", file=sys.stderr, flush=True)
     if resume and checkpoint is None:
         print(f"error: {run.root} has no complete checkpoint to resume from", file=sys.stderr)
         return 2
     if checkpoint is not None:
         start_step = checkpoint_step(checkpoint) + 1
-    last_step = start_step - 1 + config.run.steps if resume else config.run.steps
-    run.create(config.model_copy(update={"run": config.run.model_copy(update={"run_dir": run.root})}))
+    last_step = start_step - 1 + further_steps if resume and further_steps is not None else config.run.steps
+    if resume:
+        if start_step > last_step:
+            print(f"{run.root} already reached its planned last step {last_step} (run.steps; its latest checkpoint is "
+                  f"step {start_step - 1}): nothing to run. --steps N runs N further steps.", flush=True)
+            return 0
+        terminal.say(f"resuming {run.root} at step {start_step}, ending at step {last_step}: "
+                     f"{run.describe_status(run.read_status())}")
+        for note in notes:
+            print(f"[populora] {note}", file=sys.stderr, flush=True)
+    run.create(config.model_copy(update={"run": config.run.model_copy(update={"run_dir": run.root, "steps": last_step})}))
 
     try:
         model_path = resolve_model(config, progress=not terminal.quiet)

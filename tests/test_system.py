@@ -99,10 +99,15 @@ def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
     replay_dir = tmp_path / "replay"
     shutil.copytree(run_dir, replay_dir)
     (replay_dir / "checkpoints" / "latest").write_text("step-1")
-    replay = launch("--resume", str(replay_dir), "--steps", "1", "run.dashboard=false")
+    # Without --steps a resume finishes the run it resumes: to its planned last step (2), named in its first line.
+    replay = launch("--resume", str(replay_dir), "run.dashboard=false")
     assert replay.returncode == 0, replay.stderr[-3000:]
+    assert "at step 2, ending at step 2" in replay.stdout
+    assert [r["step"] for r in metrics(replay_dir)] == [1, 2]
     untimed = [{k: v for k, v in row.items() if k != "phase_seconds"} for row in (rows[1], metrics(replay_dir)[1])]
     assert untimed[0] == untimed[1]
+    again = launch("--resume", str(replay_dir), "run.dashboard=false")  # nothing left to run: said, exit 0
+    assert again.returncode == 0 and "already reached its planned last step 2" in again.stdout
 
     second = short_run_resumed  # a copy of the run resumed from its latest checkpoint for one more step (--quiet)
     assert second.returncode == 0, second.stderr[-3000:]

@@ -1,8 +1,12 @@
 """The embedded default model: a tiny Qwen2 code model the project bootstraps on CPU and caches.
 
     from tinycoder import ensure_model
-    path = ensure_model()                 # builds once (minutes; it says how many), then reuses the cache
-    path = ensure_model("test")           # small and quick, for tests
+    path = ensure_model()                 # the shipped model (tinycoder/models/default), or a cached build of it
+    path = ensure_model("test")           # small and quick, for tests (shipped too)
+    path = ensure_model("stronger")       # a study variant: built once (minutes; it says how many), then cached
+
+The default and test variants ship with the code (``tinycoder.shipped``); they are used when their key equals
+the key this code would build, else built into the cache with one line saying why.
 
 The directory loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (and vLLM, PEFT). No ray here.
 """
@@ -16,8 +20,9 @@ from pathlib import Path
 
 from tinycoder.build import VARIANTS, BuildSettings, build_model, describe, variant_settings
 from tinycoder.cache import MANIFEST, build_once, cache_key, cache_root
+from tinycoder.shipped import ShippedModelError, shipped_model
 
-__all__ = ["VARIANTS", "BuildSettings", "build_here", "ensure_model", "model_dir"]
+__all__ = ["VARIANTS", "BuildSettings", "ShippedModelError", "build_here", "ensure_model", "model_dir"]
 
 # The build runs in a child process whose idle OpenMP threads spin only briefly (~0.1 ms: enough to
 # bridge the gap between two ops) before they sleep: libgomp (KMP_* for Intel's OpenMP) reads this
@@ -43,15 +48,23 @@ def ensure_model(
 ) -> Path:
     """The directory of the tiny code model ``variant`` built with ``seed``, building it if needed.
 
-    ``variant``: ``"default"`` (the model ``python launch.py`` uses) or ``"test"`` (small, quick).
-    ``cache_dir``: overrides the cache root (default ``$XDG_CACHE_HOME/populora/tiny-coder``).
+    ``variant``: ``"default"`` (the model ``python launch.py`` uses), ``"test"`` (small, quick) or a study variant.
+    ``cache_dir``: overrides the cache root (default ``$XDG_CACHE_HOME/populora/tiny-coder``); given, the cache is
+    used even where a shipped model applies (builds and their tests).
     ``threads``: torch threads for training (default: the cores this process may use).
-    A missing model is built by ``python -m tinycoder --here`` in a child process (``BUILD_ENV``);
-    concurrent callers wait for one build and share it.
+    Without ``cache_dir`` a shipped model whose key matches is returned (``tinycoder.shipped``; a damaged one raises
+    ``ShippedModelError``). A missing model is built by ``python -m tinycoder --here`` in a child process
+    (``BUILD_ENV``); concurrent callers wait for one build and share it.
     """
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     target = model_dir(variant, seed, cache_dir)
+    if cache_dir is None:
+        shipped, why_not = shipped_model(variant, seed)
+        if shipped is not None:
+            return shipped
+        if why_not and progress and not (target / MANIFEST).is_file():
+            print(f"[tiny-coder] {why_not}", file=sys.stderr, flush=True)
     if (target / MANIFEST).is_file():
         return target
     command = [sys.executable, "-m", "tinycoder", "--here", "--variant", variant, "--seed", str(seed),

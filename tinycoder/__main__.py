@@ -1,14 +1,31 @@
-"""``python -m tinycoder [--variant default|test|stronger] [--seed N]``: build (or find) the model, print its path."""
+"""``python -m tinycoder [build|ship] [--variant default|test|stronger] [--seed N]``: build (or find) a model, print its path.
+
+    python -m tinycoder --variant test                  # the model ensure_model gives (shipped, cached or built)
+    python -m tinycoder build --variant default --ship  # build into the cache, then ship it as tinycoder/models/default
+"""
 
 from __future__ import annotations
 
 import argparse
+import platform
 
 from tinycoder import VARIANTS, build_here, ensure_model
+from tinycoder.shipped import SHIPPED_SEED, ship
+
+
+def machine() -> str:
+    """What built a shipped model: CPU model, cores, whether it has native bf16 (the precision a build resolves)."""
+    from tinycoder.train import cpu_threads, native_bf16
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor() or platform.machine()) if platform.system() == "Linux" else platform.machine()
+    return f"{cpu}, {cpu_threads()} threads, native bf16: {'yes' if native_bf16() else 'no'}"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tinycoder", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tinycoder", description=__doc__.split("\n")[0])
+    parser.add_argument("command", nargs="?", choices=("build",), default=None,
+                        help="build: build into the cache even where a shipped model applies")
     parser.add_argument("--variant", choices=sorted(VARIANTS), default="default")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", help="cache root (default: $XDG_CACHE_HOME/populora/tiny-coder)")
@@ -16,9 +33,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--here", action="store_true",
                         help="build in this process (what ensure_model's child runs) instead of a child process")
+    parser.add_argument("--ship", action="store_true",
+                        help=f"with build: copy the build (seed {SHIPPED_SEED}) to tinycoder/models/<variant> with its checksums")
     args = parser.parse_args(argv)
     if args.seed < 0:
         parser.error(f"--seed must be >= 0, got {args.seed}")
+    if args.ship and (args.command != "build" or args.seed != SHIPPED_SEED):
+        parser.error(f"--ship goes with build and seed {SHIPPED_SEED}")
+    if args.command == "build":  # the cache, never the shipped copy
+        from tinycoder.cache import cache_root
+
+        cache_dir = args.cache_dir or cache_root()
+        path = (build_here if args.here else ensure_model)(args.variant, args.seed, cache_dir=cache_dir,
+                                                           progress=not args.quiet, threads=args.threads)
+        if args.ship:
+            command = f"python -m tinycoder build --variant {args.variant} --ship"
+            path = ship(args.variant, path, machine(), command)
+        print(path)
+        return 0
     build = build_here if args.here else ensure_model
     print(build(args.variant, args.seed, cache_dir=args.cache_dir, progress=not args.quiet, threads=args.threads))
     return 0
