@@ -331,7 +331,7 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
             ray.shutdown()
         return 1
     terminal.say(f"actors up: {', '.join(a.name for a in plan.actors if a.role != 'verifier')} "
-                 f"+ {config.verifier.actors} verifiers; inference backend: {system.backend}"
+                 f"+ {config.verifier.actors} verifiers; inference backend: {system.backend} ({system.runtime})"
                  + (f"; colocated, engine sleep mode {system.sleep_mode}" if config.resources.colocated else ""))
     if checkpoint is not None:
         terminal.say(f"resumed from {checkpoint}: league state equal to the saved one; continuing at step {start_step}")

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 class InferenceActor:
     def __init__(self, backend: str, model_path: str, max_adapters: int, max_lora_rank: int, dtype: str,
                  max_model_len: int, engine_args: dict[str, Any], seed: int, target_modules: tuple[str, ...],
-                 sleep_mode: bool = False):
+                 sleep_mode: bool = False, allow_untested_vllm: bool = False):
         from actors.cluster import actor_device, deterministic_torch, route_actor_output
 
         route_actor_output("inference")  # engine processes inherit it
@@ -39,13 +39,16 @@ class InferenceActor:
         from inference import make_engine
 
         device = actor_device()  # "cpu" in the CPU stand-in mode, whatever Ray gave
-        deterministic_torch(device == "cuda")  # POPULORA_DETERMINISTIC (bench/gpu_system.py)
+        if deterministic_torch(device == "cuda"):  # POPULORA_DETERMINISTIC (bench/gpu_system.py)
+            # vLLM's engine core is a child process on CUDA: the torch flags set here would not reach it, so the core
+            # runs in this process instead (slower: no overlap of scheduling and the model's steps).
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if device == "cpu":
             torch.set_num_threads(max(1, int(os.environ.get("POPULORA_INFERENCE_THREADS", "1"))))
         hf_options = {"target_modules": tuple(target_modules), "device": device} if backend != "vllm" else {}
         self.engine = make_engine(backend, model_path, max_adapters=max_adapters, max_lora_rank=max_lora_rank,
                                   dtype=dtype, engine_args=engine_args or None, max_model_len=max_model_len,
-                                  seed=seed, sleep_mode=sleep_mode, **hf_options)
+                                  seed=seed, sleep_mode=sleep_mode, allow_untested_vllm=allow_untested_vllm, **hf_options)
         self._tmp = Path(tempfile.mkdtemp(prefix="populora-incoming-", dir=ram_backed_root()))  # the store's file system
 
     def __repr__(self) -> str:
@@ -53,6 +56,12 @@ class InferenceActor:
 
     def backend(self) -> str:
         return self.engine.backend
+
+    def runtime(self) -> str:
+        """What the engine runs (vLLM: its version, model runner and CUDA graphs; transformers: its version)."""
+        import transformers
+
+        return getattr(self.engine, "runtime", f"transformers {transformers.__version__}")
 
     def generate(self, requests: list[Any]) -> list[list[Any]]:
         return self.engine.generate(requests)

@@ -119,6 +119,7 @@ class System:
     _scratch: list[tuple[str, list[str]]] = field(default_factory=list)  # (node, RAM-backed dirs) of the engines
     sleep_mode: str = ""  # colocated: how the engines sleep while the learners train, or why they do not
     asleep: bool = False  # colocated: the engines sleep (the learners have their GPUs)
+    runtime: str = ""  # what the engines run: vLLM's version, model runner and CUDA graphs, or transformers'
 
     # start / stop ------------------------------------------------------------------------------
     @classmethod
@@ -140,7 +141,7 @@ class System:
                     cfg.inference.backend, model_path, max_adapters=len(members), max_lora_rank=cfg.lora.rank,
                     dtype=cfg.model.dtype, max_model_len=cfg.model.max_seq_len, engine_args=cfg.vllm_engine_args(),
                     seed=cfg.run.seed, target_modules=tuple(cfg.lora.target_modules),
-                    sleep_mode=cfg.resources.colocated,
+                    sleep_mode=cfg.resources.colocated, allow_untested_vllm=cfg.inference.allow_untested_vllm,
                 )
                 for replica in plan.by_role("inference")
             ]
@@ -191,13 +192,14 @@ class System:
             made["league"] = [league]
             named = {a.name: h for a, h in zip(plan.actors, in_plan_order(plan, inference, learners, verifier_actors, league))
                      if a.role != "verifier"}
-            backend = wait.get([inference[0].backend.remote()], engines, "the engine replicas")[0]
+            backend, runtime = wait.get([inference[0].backend.remote(), inference[0].runtime.remote()], engines,
+                                        "the engine replicas")
             wait.get([l.ready.remote() for shards in learners.values() for l in shards] + [league.ready.remote()],
                      named, "the learners and the league")
             system = cls(cfg, plan, inference, learners, VerifierCalls(VerifierPool(verifier_actors)), league, backend,
                          model_path=model_path, _learner_groups=groups,
                          _scratch=wait.get([r.scratch.remote() for r in inference], engines, "the engine replicas"),
-                         sleep_mode=sleep_mode, asleep=asleep)
+                         sleep_mode=sleep_mode, asleep=asleep, runtime=runtime)
             system.read_owners()
             return system
         except BaseException:  # close the engines and verifiers that still answer (their RAM-backed files)

@@ -5,6 +5,7 @@
     python bench/tiny_coder.py --fresh              # build into a temporary cache and time the build
     python bench/tiny_coder.py --fresh --cache-dir D  # ... into D, and keep it
     python bench/tiny_coder.py --step-timing        # only: seconds per training step, float32 vs now, side by side
+    python bench/tiny_coder.py --check-shipped --variant test   # rebuild into a temporary cache, compare with the shipped one
 
 Teachers: fresh proposals for code_o / code_i (K references from a buffer that starts with the
 identity seed and grows with the valid proposals, as in a run) and code_f (inputs + message for
@@ -19,6 +20,13 @@ bootstrap buys. Progress goes to stderr; the last stdout line is one JSON object
 tasks, all families), ``distinct_structures`` (distinct AST structures / valid code_o+code_i
 proposals), ``build_minutes`` and the machine's speed: ``s_per_step`` (training seconds per step of
 the build) and ``build_precision`` (float32, or bf16 autocast where the CPU has native bf16).
+
+``--check-shipped`` rebuilds the variant into a temporary cache and measures the gates (valid and solve rates,
+same sampling seed) of the rebuild and of the shipped model (``tinycoder/models/<variant>``) side by side: each
+rate's difference against one standard error of a difference of two proportions; the weights are compared bit
+for bit only where the shipped build's precision and machine are this machine's (float32 storage; kernels and
+thread counts differ between CPU kinds). ``agree`` is true when the gates agree within one standard error (and the
+weights are equal where they are compared).
 
 ``--step-timing`` times training steps on a stand-in model of the variant's shape (synthetic batches
 of the corpus's mean example length), alternating: the training settings before issue 40 (float32 on
@@ -213,6 +221,63 @@ def step_timing(variant: str, rounds: int) -> dict[str, object]:
     }
 
 
+def gates(path: Path, args: argparse.Namespace, s: "Sampling") -> Outcome:
+    """Proposals and student rollouts of the model in ``path`` with the run's sampling (the trained model's gates)."""
+    out = Outcome()
+    rng = random.Random(args.sample_seed)
+    with Verifier() as verifier:
+        engine = make_engine("hf", path, max_adapters=1, max_lora_rank=8)
+        propose(engine, verifier, args.proposals, s, rng, out)
+        solve(engine, verifier, out.valid, s, rng, out)
+        engine.close()
+    return out
+
+
+def check_shipped(args: argparse.Namespace) -> dict[str, object]:
+    """``--check-shipped`` (module docstring)."""
+    import math
+
+    from tinycoder.build import variant_settings
+    from tinycoder.shipped import SHIPPED_ROOT, read_ship_manifest, sha256_of
+
+    shipped = read_ship_manifest(args.variant)
+    if shipped is None:
+        raise SystemExit(f"error: no shipped {args.variant!r} model in {SHIPPED_ROOT}")
+    s = Sampling.of_run(args.config)
+    tmp = Path(tempfile.mkdtemp(prefix="check-shipped-"))
+    try:
+        t0 = time.perf_counter()
+        rebuilt = ensure_model(args.variant, 0, cache_dir=tmp / "cache")
+        minutes = (time.perf_counter() - t0) / 60
+        log(f"rebuilt in {minutes:.1f} min: {rebuilt}")
+        results = {}
+        for name, path in (("shipped", SHIPPED_ROOT / args.variant), ("rebuilt", rebuilt)):
+            out = gates(path, args, s)
+            results[name] = out
+            log(f"{name}: valid {out.valid_rate():.3f}, solve {out.solve_rate()}")
+        precision = variant_settings(args.variant).train.precision
+        from tinycoder.__main__ import machine
+
+        same_kind = shipped["precision"] == precision == "fp32" and shipped["machine"] == machine()
+        weights_equal = (sha256_of(rebuilt / "model.safetensors") == shipped["files"]["model.safetensors"]) if same_kind else None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def compare(rate: str, totals: tuple[int, int]) -> dict[str, object]:
+        a, b = getattr(results["shipped"], rate)(), getattr(results["rebuilt"], rate)()
+        if a is None or b is None or not all(totals):
+            return {"shipped": a, "rebuilt": b, "se": None, "within_one_se": None}
+        se = math.sqrt(a * (1 - a) / totals[0] + b * (1 - b) / totals[1])
+        return {"shipped": round(a, 3), "rebuilt": round(b, 3), "se": round(se, 4), "within_one_se": abs(a - b) <= se}
+
+    valid = compare("valid_rate", tuple(sum(results[k].proposals.values()) for k in ("shipped", "rebuilt")))
+    solve = compare("solve_rate", tuple(sum(results[k].rollouts.values()) for k in ("shipped", "rebuilt")))
+    agree = bool(valid["within_one_se"] and solve["within_one_se"] and weights_equal is not False)
+    return {"variant": args.variant, "shipped_key": shipped["key"], "shipped_machine": shipped["machine"],
+            "this_machine": machine(), "rebuild_minutes": round(minutes, 2), "valid_rate": valid, "solve_rate": solve,
+            "weights_compared": same_kind, "weights_equal": weights_equal, "agree": agree}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", default="default", choices=sorted(VARIANTS))
@@ -228,7 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-timing", action="store_true", help="only time training steps (module docstring)")
     parser.add_argument("--step-timing-rounds", type=int, default=3)
     parser.add_argument("--step-timing-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--check-shipped", action="store_true", help="rebuild and compare with the shipped model (module docstring)")
     args = parser.parse_args(argv)
+    if args.check_shipped:
+        print(json.dumps(check_shipped(args)))
+        return 0
     if args.step_timing_child:
         print(json.dumps(step_seconds_here(args.variant, args.step_timing_child)))
         return 0

@@ -296,6 +296,10 @@ class InferenceConfig(Section):
     vllm_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Extra keyword arguments for vllm.LLM (e.g. gpu_memory_utilization, enforce_eager)."
     )
+    allow_untested_vllm: bool = Field(
+        False, description="Run on a vLLM outside the tested minor version (inference/vllm_version.py); without it such an "
+        "engine stops at start, naming both versions and how to install the tested one.",
+    )
 
 
 class VerifierConfig(Section):

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from packaging.version import Version
 
 from inference.base import Engine
+from inference.vllm_version import UntestedVLLMError
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ def make_engine(
     max_model_len: int | None = None,
     seed: int = 0,
     sleep_mode: bool = False,
+    allow_untested_vllm: bool = False,
     **hf_options: Any,
 ) -> Engine:
     """Build the engine for ``backend``: ``'vllm'``, ``'hf'`` (transformers) or ``'auto'``.
@@ -55,6 +57,8 @@ def make_engine(
     ``vllm.LLM`` (vLLM backend only); ``hf_options`` (``strategy``, ``max_batch_rows``,
     ``target_modules``, ``device``) go to the transformers backend only. ``sleep_mode``: the vLLM engine can
     sleep while its GPU's learners train (colocated; CUDA only); the transformers engine has none.
+    A vLLM outside the tested version (``inference.vllm_version``) raises ``UntestedVLLMError`` under 'auto' too
+    (never a quiet fall back), unless ``allow_untested_vllm``.
     """
     if backend not in ("auto", "vllm", "hf"):
         raise ValueError(f"unknown inference backend {backend!r}; use 'auto', 'vllm' or 'hf'")
@@ -73,9 +77,10 @@ def make_engine(
             from inference.vllm_engine import VLLMEngine
 
             try:
-                engine = VLLMEngine(engine_args=engine_args, sleep_mode=sleep_mode, **common)
+                engine = VLLMEngine(engine_args=engine_args, sleep_mode=sleep_mode, allow_untested=allow_untested_vllm,
+                                    **common)
             except Exception as err:
-                if backend == "vllm":
+                if backend == "vllm" or isinstance(err, UntestedVLLMError):
                     raise
                 log.warning("inference backend: transformers, because the vLLM engine failed to start: %s", err)
             else:

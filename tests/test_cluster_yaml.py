@@ -39,3 +39,11 @@ def test_setup_commands_install_the_project():
     config = load()
     assert any("install.sh gpu" in c for c in config["head_setup_commands"])
     assert any("install.sh cpu" in c for c in config["worker_setup_commands"])
+
+
+def test_every_node_starts_ray_with_the_subreaper():
+    """Ray kills what a dead worker left behind (a GPU engine's vLLM engine core has no parent-death check)."""
+    config = load()
+    for commands in (config["head_start_ray_commands"], config["worker_start_ray_commands"]):
+        start = next(c for c in commands if "ray start" in c)
+        assert "RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper=true ray start" in start

