@@ -240,7 +240,7 @@ def payoff(run_dirs: list[Path], steps: int) -> dict[str, Any]:
     rl = load_config(run_dirs[0] / "config.yaml").rl
     records = [RunDirectory(d).read_side("proposals") for d in run_dirs]
     if not any(records):
-        return {"note": "no proposals.jsonl in these runs (recorded from issue 50 on)"}
+        return {"note": "no proposals.jsonl in these runs (runs older than the per-proposal records)"}
     return payoff_summary(records, steps, rl.advantage_weighting, rl.advantage_norm == "whiten")
 
 
@@ -334,6 +334,14 @@ def main() -> None:
     log("population - single slope: " + ", ".join(
         f"{k.removeprefix('program_')} {inter[k]['difference']:+.2f}+-{inter[k]['ci'] or math.nan:.2f}"
         for k in COMPLEXITY if inter[k]["difference"] is not None))
+    for arm in ARMS:  # what the teacher's advantage paid for, first and last window
+        windows = summary["complexity_payoff"][arm].get("windows") or []
+        for window in (windows[:1] + windows[-1:]) if len(windows) > 1 else windows:
+            shares = ", ".join(f"{k} {v['mean']:.2f}" for k, v in window["pair_shares"].items() if v["mean"] is not None)
+            per_line = window["advantage_per_line"]
+            log(f"{arm} steps {window['steps'][0]}-{window['steps'][1]}: advantage per line of code "
+                f"{per_line['mean'] if per_line['mean'] is not None else math.nan:+.3f}"
+                f"+-{per_line['ci'] if per_line['ci'] is not None else math.nan:.3f}; pair shares: {shares}")
     log("verdicts: " + ", ".join(f"{k} {v}" for k, v in summary["verdicts"].items())
         + ("" if summary["powered"] else f" (under {summary['min_seeds']} seeds an arm: not quoted; computed: "
            + ", ".join(f"{k} {v}" for k, v in summary["unpowered"].items()) + ")"))

@@ -13,7 +13,7 @@ Parts, each in its own subprocess (a failure or timeout is recorded in the JSON,
    adapters vs the same tokens on 1 (and the bmm kernel), the whole 7B-shaped model, the 7B preset's LoRA and
    step settings (``mixed8_vs_single_ratio``, wall seconds, ``max_memory_allocated`` per variant);
 4. ``evolution``: ``bench/evolution.py --device cuda``;
-5. ``system``: ``bench/gpu_system.py``, the whole loop through Ray on the GPU (issue 43): the tiny default in the
+5. ``system``: ``bench/gpu_system.py``, the whole loop through Ray on the GPU: the tiny default in the
    one-GPU colocated layout (``resources.colocated=true resources.inference_gpus=1 resources.learner_gpus=1``, the
    transformers engine, which stays awake), ``run.checkpoint_every=2``, on the tiny ``test`` model (built where not
    cached, ``model.build_s``; ``--variant default`` for the tiny default's own, ``--model-dir`` for one carried in).

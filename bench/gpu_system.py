@@ -1,4 +1,4 @@
-"""The ``system`` part of ``bench/gpu_check.py``: the whole loop through Ray on one GPU (issue 43, deliverable 2).
+"""The ``system`` part of ``bench/gpu_check.py``: the whole loop through Ray on one GPU.
 
     python bench/gpu_system.py                       # on a GPU machine with Ray: JSON as the last stdout line
     python bench/gpu_system.py --standin             # the same on CPUs: a logical GPU, actors on their CPU path

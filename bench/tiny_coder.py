@@ -29,7 +29,7 @@ thread counts differ between CPU kinds). ``agree`` is true when the gates agree 
 weights are equal where they are compared).
 
 ``--step-timing`` times training steps on a stand-in model of the variant's shape (synthetic batches
-of the corpus's mean example length), alternating: the training settings before issue 40 (float32 on
+of the corpus's mean example length), alternating: the earlier training settings (float32 on
 every CPU) and now (bf16 autocast where the CPU has native bf16), each in child processes with the OpenMP settings before (libgomp's default
 spin) and now (``tinycoder.BUILD_ENV``), round after round, so a busy machine slows all alike.
 """
@@ -178,7 +178,7 @@ def random_init_copy(path: Path, dest: Path, seed: int) -> Path:
     return dest
 
 
-# The default variant's training settings before issue 40 (float32 on every CPU; everything else unchanged). Issue 24's
+# The default variant's earlier training settings (float32 on every CPU; everything else unchanged). The older
 # "before" (batches of 6144 tokens, 0.70 of whose step cost the 4096 batches keep) is in docs/tinycoder.md.
 BEFORE = {"default": {"precision": "fp32"}, "test": {}}
 

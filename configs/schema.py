@@ -19,6 +19,8 @@ FAMILIES = ("code_o", "code_i", "code_f")
 MUTATION_NAMES = ("perturb_singular_values", "rotate_subspace", "gaussian_noise", "layer_noise", "mask_components")
 CROSSOVER_NAMES = ("swap_slots", "blend_svd", "dare", "splice_svd", "extrapolate")
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Qwen2 / Llama projection names (attention and MLP), PEFT's usual "all linear" set for them: ``lora.target_modules``'s
+default and ``learners.multi_lora.LoRASpec``'s."""
 TINY_MODEL = "tiny"
 
 

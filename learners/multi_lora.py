@@ -43,11 +43,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from configs.schema import TARGET_MODULES
+
 NO_ADAPTER = -1
 """Adapter index of a row (or token) that uses no adapter: the frozen base model."""
-
-TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-"""Qwen2 / Llama projection names (attention and MLP), PEFT's usual "all linear" set for them."""
 
 Strategy = Literal["grouped", "bmm"]
 

@@ -16,7 +16,7 @@ them as independent points. Per arm (population, single agent) and metric, over 
 - **probes**: held-out tasks answered by every final student; the difference population - single is paired by
   task (both arms answer the same tasks) and its interval is a percentile bootstrap that resamples the tasks
   (once per replicate, for both arms) and each arm's seeds (``paired_probe_difference``);
-- **diagnostics** of the suspects in issue 40: the share of valid tasks never solved (rho = 0: a teacher
+- **diagnostics** of what may bias the loop: the share of valid tasks never solved (rho = 0: a teacher
   "win" that is only validity), the share of buffer draws that are still seed tasks, coverage per written
   program and at an equal number of written programs, the lineages left after evolution, the proposer's
   share of the single agent's tokens (its proposer gradient's scale against a population teacher's), and the

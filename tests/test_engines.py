@@ -355,7 +355,7 @@ def seeded_prompts(engine, count: int, tokens: int) -> list[str]:
 
 
 def test_seeded_batch_longer_than_one_step_runs_and_matches_each_request_alone(second_engine):
-    """Regression (issue 20): seeded requests whose prompts do not fit one scheduler step, on vLLM's CPU build.
+    """Regression: seeded requests whose prompts do not fit one scheduler step, on vLLM's CPU build.
 
     vLLM 0.32's model runner rewinds a seeded request's ``torch.Generator`` after a step that only prefilled part of
     its prompt (``gen.set_offset(gen.get_offset() - 4)``): CPU (Mersenne Twister) generators have no offset and

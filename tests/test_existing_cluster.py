@@ -1,4 +1,4 @@
-"""launch.py on a machine where `ray start` already runs a Ray cluster (issue 41.4), with real processes.
+"""launch.py on a machine where `ray start` already runs a Ray cluster, with real processes.
 
 A head started by `ray start --head` (4 CPUs, loopback only, token authentication as `ray start` sets it up on this
 machine) under a private TMPDIR, where `ray start` records it and where the `launch.py` subprocesses look for it;

@@ -1,4 +1,4 @@
-"""The one-GPU colocated tiny default (issue 43): the transformers engine (``inference.backend: hf``) and the teacher and
+"""The one-GPU colocated tiny default: the transformers engine (``inference.backend: hf``) and the teacher and
 student learners on one GPU, planned as it runs. The engine has no sleep mode: the memory plan counts its own weights,
 float32 LoRA slots, KV cache, prefill and sampler in both moments of the GPU (no vLLM budget, no sleeping engine, no
 pinned host copies), and the time plan gives it no sleep/wake switch. The GPUs are described (``plan.gpu_kind``), not

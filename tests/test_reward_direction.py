@@ -104,7 +104,7 @@ def test_the_single_agent_proposer_moves_toward_learnable_tasks(tiny_qwen2):
 
 
 def test_the_floor_sends_a_teacher_of_a_weak_student_to_easier_tasks(tiny_qwen2):
-    # The mechanism issue 40 suspects: a complex task the student never solves earns the floor (0), a simple one
+    # The suspected mechanism: a complex task the student never solves earns the floor (0), a simple one
     # solved sometimes earns 1 - rho > 0, so the teacher moves to the simple one. The reward decides, not the wiring.
     change, rewards = preference_change(tiny_qwen2, Curriculum(rho_simple=0.75, rho_complex=0.0), "center")
     assert rewards == [0.25, 0.0, 0.25, 0.0]

@@ -212,7 +212,7 @@ def test_dry_run_plans_the_described_node_and_recommends_a_layout(launch, qwen7b
                         r"limited by \w+; recommended: 5\+3 overlapped, data parallel \(this configuration\)",
                         lines[-1]), lines[-1]  # the preset follows the plan
     busy = int(re.search(r"GPU busy (\d+)%", lines[-1]).group(1))
-    assert busy >= 80, lines[-1]  # the goal of the ranking (issue 42)
+    assert busy >= 80, lines[-1]  # the goal of the ranking (docs/time.md)
     old = launch(*qwen7b, "resources.inference_gpus=6", "resources.learner_gpus=2", "run.max_staleness=0",
                  "rl.data_parallel=false")  # the earlier preset's split, serial
     last = old.stdout.strip().splitlines()[-1]

@@ -59,7 +59,7 @@ def test_a_failed_child_build_is_a_clear_error(tmp_path):
 
 
 def test_default_variant_key_changed_with_its_training_settings():
-    """The default model from before issue 24 (batches of 6144 tokens) is never reused for today's settings."""
+    """A default model built with batches of 6144 tokens (the settings before docs/tinycoder.md's time study) is never reused for today's settings."""
     from dataclasses import replace
 
     default = VARIANTS["default"]

@@ -78,9 +78,12 @@ def test_a_stale_shipped_model_does_not_apply_and_says_why(shipped_copy):
 
 
 def test_an_installed_read_only_package_uses_its_shipped_model_in_place(tmp_path):
-    wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
+    wheel_dir, target, source = tmp_path / "wheel", tmp_path / "site", tmp_path / "source"
+    # a copy of the sources: building in place would leave setuptools' build/ in the checkout
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", "build", "runs", "bench", "*.egg-info",
+                                                                 "__pycache__", ".pytest_cache", "gpu_deps"))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                            str(wheel_dir), str(ROOT)], capture_output=True, text=True, timeout=300)
+                            str(wheel_dir), str(source)], capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-2000:]
     wheel = next(wheel_dir.glob("*.whl"))
     installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],

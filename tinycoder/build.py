@@ -47,11 +47,11 @@ class BuildSettings:
 
 # The model `python launch.py` runs with; docs/tinycoder.md has its measured build time and gates. The loss
 # also predicts the prompt tokens (the programs, inputs and outputs the prompts show): 800 such steps of
-# 4096 padded tokens pass the gates as 1500 completion-only steps did, in about half the build (issue 40).
+# 4096 padded tokens pass the gates as 1500 completion-only steps did, in about half the build (docs/tinycoder.md).
 DEFAULT = BuildSettings(
     corpus=CorpusSettings(programs=4000, inputs_per_program=5, min_inputs=4),
     model=ModelShape(hidden=192, layers=4, kv_heads=1, intermediate=768),
-    # bf16 autocast where the CPU has native bf16 (~0.7 of a float32 step: docs/tinycoder.md, issue 40)
+    # bf16 autocast where the CPU has native bf16 (~0.7 of a float32 step: docs/tinycoder.md)
     train=TrainSettings(steps=800, batch_tokens=4096, lr=2.5e-3, warmup=30, precision="auto", prompt_loss_weight=1.0),
 )
 

@@ -12,7 +12,7 @@ Loss, per batch: ``-(sum_t w_t log p(x_t | x_<t)) / sum_t w_t`` with ``w_t = 1``
 ``w_t = prompt_loss_weight`` on prompt tokens (after the first). With the weight 0 (``TrainSettings``' default;
 the ``default`` variant uses 1) it is the mean over the N completion tokens and the prompt only conditions; a
 weight > 0 also teaches the programs, inputs and outputs the prompts show, at no extra cost but the LM head on
-those positions (issue 40). The LM head runs only on positions of weight > 0, which saves most of its cost when
+those positions. The LM head runs only on positions of weight > 0, which saves most of its cost when
 the prompts are not predicted.
 """
 
