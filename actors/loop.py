@@ -57,6 +57,7 @@ from rollouts import (
     student_samples,
     teacher_samples,
 )
+from rollouts.hindsight import hindsight_samples
 from reporting.proposal_records import proposal_records
 from reporting.step_metrics import step_row
 
@@ -143,6 +144,7 @@ def generate_rollouts(system: "System", step: int, prompts: StepPrompts) -> Roll
 
     samples = teacher_samples(proposals, rho, cfg.rewards, cfg.population.single_agent)
     samples += student_samples(solves, per_job, cfg.rewards)
+    samples += hindsight_samples(solves, rho, prompts, cfg.rl.hindsight_coef)  # none unless rl.hindsight_coef > 0
     return Rollouts(step, proposals, validations, solves, per_job, rho, dropped, samples, timer.seconds)
 
 

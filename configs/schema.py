@@ -173,6 +173,13 @@ class RLConfig(Section):
         description="false: no update at all (the adapters stay as initialised; a control in which nothing learns: "
         "the buffers, matching and sampling run as usual). Needs evolution.enabled=false. Keep learning_rate > 0.",
     )
+    hindsight_coef: float = Field(
+        0.0, ge=0, le=10,
+        description="Hindsight supervision of the students (not the paper's; 0 = off): for a valid task no rollout "
+        "solved, the verifier's known answer (code_o's output, the teacher's code_i input, code_f's program) is a "
+        "supervised target of the student with this fixed advantage (rollouts/hindsight.py). Needs "
+        "importance_correction 'off'.",
+    )
     kl_coef: float = Field(0.0, ge=0, le=10, description="Coefficient of the KL to the frozen base (adapter-off rows).")
     entropy_coef: float = Field(0.0, ge=0, le=1.0, description="Entropy bonus coefficient (AZR: 0.001).")
     log_entropy: bool = Field(
@@ -464,6 +471,16 @@ class Config(Section):
     run: RunConfig = Field(default_factory=RunConfig, description="Length, seed, checkpoints, outputs.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Benchmark evaluation during training.")
     plan: PlanConfig = Field(default_factory=PlanConfig, description="What the dry run's time plan assumes.")
+
+    @model_validator(mode="after")
+    def _hindsight_targets_have_no_behaviour_policy(self) -> "Config":
+        if self.rl.hindsight_coef > 0 and self.rl.importance_correction != "off":
+            raise ValueError(
+                f"rl.hindsight_coef={self.rl.hindsight_coef:g} adds supervised targets that no engine sampled, so they have "
+                f"no behaviour log-probs to weigh by rl.importance_correction='{self.rl.importance_correction}': set "
+                "rl.importance_correction=off (and run.max_staleness=0) or rl.hindsight_coef=0"
+            )
+        return self
 
     @model_validator(mode="after")
     def _no_evolution_without_learning(self) -> "Config":

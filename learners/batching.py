@@ -27,6 +27,8 @@ class Sample:
     ``behaviour_logprobs``: log mu(y_t) of each completion token under the distribution the engine sampled
     it from (``inference.requests``), one per completion token, or None when the update takes no
     importance weight (``PGConfig.importance_correction`` "off").
+    ``fixed_advantage``: a supervised target, not a sample (hindsight supervision, ``rl.hindsight_coef``): every
+    token carries this advantage, normalised with no group, so its gradient is ``-c grad log pi(y) / N_a``.
     """
 
     slot: int
@@ -35,6 +37,7 @@ class Sample:
     reward: float
     group: Hashable = ""
     behaviour_logprobs: Sequence[float] | None = None
+    fixed_advantage: float | None = None
 
     def __post_init__(self) -> None:
         if self.slot < 0:

@@ -54,16 +54,23 @@ def step_targets(samples: Sequence[Sample], whiten: bool = True, weighting: str 
                  constant_normaliser: int = 0) -> StepTargets:
     """Advantages whitened (``whiten=False``: centred) per (slot, group), each sequence weighted by its tokens or
     once (``weighting``; ``group_normalised_advantages``), and N_a, over every sample of the step: the same numbers
-    whichever learner later trains which sample. N_a is slot a's completion tokens, or with ``constant_normaliser``
+    whichever learner later trains which sample. A supervised target (``Sample.fixed_advantage``) keeps its own
+    advantage and joins no group; its tokens count in N_a. N_a is slot a's completion tokens, or with ``constant_normaliser``
     L > 0 its sequences times L (Dr. GRPO's constant; ``learners.pg_loss``)."""
     if not samples:
         raise ValueError("step_targets needs at least one sample")
     if constant_normaliser < 0:
         raise ValueError(f"constant_normaliser must be >= 0 (0: the token count), got {constant_normaliser}")
-    advantages = group_normalised_advantages(
-        [s.reward for s in samples], [(s.slot, s.group) for s in samples], [len(s.completion_ids) for s in samples],
-        whiten=whiten, weighting=weighting,
-    )
+    advantages = torch.zeros(len(samples))
+    sampled = [i for i, s in enumerate(samples) if s.fixed_advantage is None]  # supervised targets join no group
+    if sampled:
+        advantages[sampled] = group_normalised_advantages(
+            [samples[i].reward for i in sampled], [(samples[i].slot, samples[i].group) for i in sampled],
+            [len(samples[i].completion_ids) for i in sampled], whiten=whiten, weighting=weighting,
+        )
+    for i, s in enumerate(samples):
+        if s.fixed_advantage is not None:
+            advantages[i] = float(s.fixed_advantage)
     totals: dict[int, float] = defaultdict(float)
     for s in samples:
         totals[s.slot] += constant_normaliser if constant_normaliser else len(s.completion_ids)

@@ -2,7 +2,8 @@
 
 Keys: ``step``, ``members`` (id, role, mu, sigma, conservative, parent, reward), ``valid_rate``,
 ``solve_rate`` (solved rollouts over all rollouts of valid tasks), ``teacher_reward``,
-``student_reward``, ``program_*`` (mean complexity of the programs the teachers wrote: valid code_o and
+``student_reward`` (sampled completions only), ``hindsight_targets`` (supervised targets, ``rollouts.hindsight``),
+``program_*`` (mean complexity of the programs the teachers wrote: valid code_o and
 code_i proposals, ``written_programs`` of them; a code_f proposal writes inputs for a buffer program, so its
 program is not counted), ``buffer_program_*`` (the same of the programs drawn from the buffers for this
 step's prompts, ``buffer_programs`` of them: references and code_f probes, a uniform sample of the buffers)
@@ -104,6 +105,8 @@ def step_row(
     teachers = sorted({p.teacher for p in proposals})
     verdicts = [v for per_task in judgements for v in per_task]
 
+    targets = [s for s in samples if getattr(s, "fixed_advantage", None) is not None]  # hindsight: not sampled
+    samples = [s for s in samples if getattr(s, "fixed_advantage", None) is None]
     rewards: dict[str, list[float]] = defaultdict(list)
     for sample in samples:
         rewards[sample.member].append(sample.reward)
@@ -126,6 +129,7 @@ def step_row(
         "solve_rate": _mean([float(bool(v.correct)) for v in verdicts]),
         "teacher_reward": _mean([s.reward for s in samples if s.role == "teacher"]),
         "student_reward": _mean([s.reward for s in samples if s.role == "student"]),
+        "hindsight_targets": len(targets),
         **complexity_means(programs, "program_"),
         "written_programs": len(programs),
         **complexity_means([t.program for t in drawn], "buffer_program_"),

@@ -61,6 +61,7 @@ class Sample:
     reward: float
     adapter_version: int | None = None
     task: int | None = None  # students: the index of the proposal this rollout answers, within its step
+    fixed_advantage: float | None = None  # a supervised target (rollouts.hindsight), not a sampled completion
 
 
 @dataclass
@@ -217,7 +218,8 @@ def learner_samples(
             extra[member] = {"dropped_behaviour": float(dropped.get(member, 0)),
                              "behind": sum(gaps) / len(gaps) if gaps else 0.0}
     batch = [LearnerSample(slots[s.member], s.prompt_ids, s.completion_ids, s.reward, advantage_group(s, baseline),
-                           behaviour_logprobs=s.logprobs if tis else None) for s in kept]
+                           behaviour_logprobs=s.logprobs if tis else None, fixed_advantage=s.fixed_advantage)
+             for s in kept]
     return batch, extra
 
 
