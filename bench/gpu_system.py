@@ -191,36 +191,36 @@ def plan_and_resolve(config: Any, view: Any) -> tuple[Any, Any]:
     return run_plan, with_resolved_checkpointing(config, run_plan.memory)
 
 
-def train_run(config: Any, resume: bool = False) -> tuple[int, float]:
+def train_run(config: Any, resume: bool = False, further_steps: int | None = None) -> tuple[int, float]:
     """``actors.driver.train`` in this process on the running Ray session (quiet; its summary to stderr, so the last
     stdout line stays this script's JSON); exit code and seconds."""
     from actors.driver import train
 
     started = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):
-        code = train(config, resume=resume, output="quiet")
+        code = train(config, resume=resume, output="quiet", further_steps=further_steps)
     return code, round(time.perf_counter() - started, 1)
 
 
 def watched_run(config: Any, view: Any, names: list[str], kill: tuple[int, str] | None = None, watch: bool = True,
-                resume: bool = False) -> tuple[dict[str, Any], Watcher]:
+                resume: bool = False, further_steps: int | None = None) -> tuple[dict[str, Any], Watcher]:
     run_dir = Path(config.run.run_dir)
     run_plan, resolved = plan_and_resolve(config, view)
     if resolved is None:
         raise RuntimeError(f"{run_dir.name}: the memory plan refuses it: "
                            f"{run_plan.memory.verdict() if run_plan.memory else run_plan.memory_problem}")
     last = config.run.steps if not resume else None
-    if resume:  # the steps a resumed run ends at: its checkpoint's + run.steps
+    if resume:  # the step a resumed run ends at: its checkpoint's + further_steps, or its planned last (run.steps)
         from reporting.run_dir import RunDirectory
 
         latest = RunDirectory(run_dir).latest_checkpoint()
-        last = int(latest.name.split("-")[1]) + config.run.steps if latest else config.run.steps
+        last = int(latest.name.split("-")[1]) + further_steps if latest and further_steps is not None else config.run.steps
     what = f"resume to step {last}" if resume else f"{last} steps" + (f", SIGKILL {kill[1]} after step {kill[0]}" if kill else "")
     print(f"[gpu_system] {run_dir.name}: starting ({what})", file=sys.stderr, flush=True)  # a timeout's tail shows where
     watcher = Watcher(run_dir, names, last, kill, watch)
     watcher.start()
     try:
-        code, seconds = train_run(resolved, resume)
+        code, seconds = train_run(resolved, resume, further_steps)
     finally:
         watcher.done.set()
         watcher.join(60)
@@ -593,9 +593,10 @@ def run_parts(args: argparse.Namespace, result: dict[str, Any], config: Any, ove
             errors += kwatch.errors
         if "c" in args.parts:
             stopped, _ = watched_run(cfg("stopped", args.resume_from), view, names, watch=False)
+            further = args.steps - args.resume_from
             resumed_config = launch.resolve_config(launch.parse_args(  # what `launch.py --resume DIR --steps N` runs
-                ["--resume", str(work / "stopped"), "--steps", str(args.steps - args.resume_from)]))
-            resumed, _ = watched_run(resumed_config, view, names, watch=False, resume=True)
+                ["--resume", str(work / "stopped"), "--steps", str(further)]))
+            resumed, _ = watched_run(resumed_config, view, names, watch=False, resume=True, further_steps=further)
             result["resume"] = {"stopped": stopped, "resumed": resumed, "from_step": args.resume_from}
             checks["resume_ran"] = stopped["exit_code"] == 0 and resumed["exit_code"] == 0 and resumed["steps"] == steps
         checks["on_device"] = ok_devices

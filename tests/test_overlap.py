@@ -96,7 +96,7 @@ def test_overlapped_run_resumes_and_recovers_exactly(ray_session, tmp_path):
     resumed_dir = tmp_path / "resumed"  # from the step-2 checkpoint, drained there as in the reference
     shutil.copytree(reference_dir, resumed_dir)
     (resumed_dir / "checkpoints" / "latest").write_text("step-2")
-    assert train(load_config(None, RUN + [f"run.run_dir={resumed_dir}", "run.steps=2"]), resume=True, output="quiet") == 0
+    assert train(load_config(None, RUN + [f"run.run_dir={resumed_dir}"]), resume=True, output="quiet") == 0  # to step 4
     assert run_state(resumed_dir, 4) == (league, adapters, rows)
 
     recovered_dir = tmp_path / "recovered"  # the student learner dies in step 4, step 4's rollouts in flight
