@@ -37,7 +37,7 @@ from configs.schema import Config, RewardsConfig
 from verifier.families import Validation
 from verifier.prompt_styles import Prompter, PromptStyleError, TaskRules
 from verifier.prompts import Proposal, parse_proposal, student_prompt, teacher_prompt
-from verifier.rewards import learnability_reward, student_reward, teacher_reward
+from rollouts.rewards import proposer_reward, student_reward
 from verifier.task_limits import TaskLimits
 from verifier.tasks import Task
 
@@ -376,12 +376,6 @@ def solve_rates(n_proposals: int, solves: Sequence[SolveJob], judgements: Sequen
     for job, verdicts in zip(solves, judgements):
         rho[job.proposal] = sum(bool(v.correct) for v in verdicts) / max(1, len(verdicts))
     return rho
-
-
-def proposer_reward(rho: float | None, rewards: RewardsConfig, single_agent: bool) -> float:
-    if rho is not None and single_agent:
-        return learnability_reward(rho)
-    return teacher_reward(rho is not None, rho, invalid=rewards.teacher_invalid, unsolved=rewards.teacher_unsolved)
 
 
 def teacher_samples(jobs: Sequence[ProposalJob], rho: Sequence[float | None], rewards: RewardsConfig,

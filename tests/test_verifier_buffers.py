@@ -9,7 +9,7 @@ import pytest
 
 from verifier.buffers import TaskBuffer, load_seed_file, make_buffers, sample_program, seed_tasks
 from verifier.metrics import Coverage, program_metrics, structure_fingerprint, structure_hash
-from verifier.rewards import learnability_reward, solve_rate, student_reward, teacher_reward
+from rollouts.rewards import learnability_reward, solve_rate, student_reward, teacher_reward
 from verifier.tasks import IDENTITY_PROGRAM, Task, identity_task
 
 

@@ -1,4 +1,5 @@
-"""The verifier: sandboxed Python execution, the three AZR task families, rewards and program metrics.
+"""The verifier: sandboxed Python execution, the three AZR task families, prompts and program metrics (what a
+verdict is worth is the game's: ``rollouts.rewards``).
 
 Pure Python (no Ray). ``from verifier import Verifier, Status`` is the execution contract.
 """
@@ -7,7 +8,6 @@ from verifier.buffers import TaskBuffer, make_buffers, seed_tasks
 from verifier.families import Judgement, Validation, judge_answers, validate_proposals
 from verifier.metrics import Coverage, program_metrics, structure_fingerprint, structure_hash
 from verifier.prompts import Answer, Proposal, parse_answer, parse_proposal, student_prompt, teacher_prompt
-from verifier.rewards import learnability_reward, solve_rate, student_reward, teacher_reward
 from verifier.sandbox import ExecResult, Status, Verifier
 from verifier.tasks import FAMILIES, Task, identity_task
 
@@ -25,18 +25,14 @@ __all__ = [
     "Verifier",
     "identity_task",
     "judge_answers",
-    "learnability_reward",
     "make_buffers",
     "parse_answer",
     "parse_proposal",
     "program_metrics",
     "seed_tasks",
-    "solve_rate",
     "structure_fingerprint",
     "structure_hash",
     "student_prompt",
-    "student_reward",
     "teacher_prompt",
-    "teacher_reward",
     "validate_proposals",
 ]

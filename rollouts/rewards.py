@@ -1,16 +1,22 @@
-"""Rewards of the population game and of AZR's single-agent baseline.
+"""The game's rewards, in one home: the population's teacher and student rewards and AZR's single-agent baseline.
 
 - Teacher (PopuLoRA), per proposed task with solve rate rho of its matched student:
   ``r = invalid`` (-1) if the task is invalid, ``0`` if ``rho == 0``, else ``1 - rho``.
 - Student: ``correct`` (1) for a correct well-formed answer, ``wrong`` (AZR: -0.5) for a
   well-formed wrong one, ``malformed`` (AZR: -1) otherwise.
 - Learnability (AZR Eq. 4, single agent, rho measured on itself): ``1 - rho`` if ``0 < rho < 1``, else 0.
+- :func:`proposer_reward`: which of the two a proposal earns (``population.single_agent``), with the values of
+  ``rewards.*`` (``configs.schema.RewardsConfig``).
+
+The verifier only runs code and says valid / correct; what that is worth is decided here.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Sequence
+
+from configs.schema import RewardsConfig
 
 
 def _check_rho(rho: float) -> float:
@@ -48,3 +54,11 @@ def learnability_reward(rho: float) -> float:
     """AZR's proposer reward: 1 - rho for 0 < rho < 1, else 0 (too hard and too easy earn nothing)."""
     rho = _check_rho(rho)
     return 1.0 - rho if 0.0 < rho < 1.0 else 0.0
+
+
+def proposer_reward(rho: float | None, rewards: RewardsConfig, single_agent: bool) -> float:
+    """The proposer's reward of one proposal: the single agent's learnability (an invalid proposal costs
+    ``rewards.teacher_invalid`` in both arms), else the population teacher's with ``rewards.*``'s values."""
+    if rho is not None and single_agent:
+        return learnability_reward(rho)
+    return teacher_reward(rho is not None, rho, invalid=rewards.teacher_invalid, unsolved=rewards.teacher_unsolved)
