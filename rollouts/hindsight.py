@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from rollouts import Sample, SolveJob, StepPrompts
+from rollouts.jobs import SolveJob
+from rollouts.samples import Sample
+from rollouts.step_prompts import StepPrompts
 from verifier.prompt_styles import THINK
 from verifier.prompts import student_response
 from verifier.tasks import Task
