@@ -21,8 +21,9 @@ import ray
 
 @ray.remote(max_restarts=0)  # stateful: the driver recovers it from a checkpoint (actors.driver)
 class LearnerActor:
-    def __init__(self, model_path: str, members: list[str], lora: dict[str, Any], rl: dict[str, Any],
-                 dtype: str, seed: int, cuda_base: dict[str, Any] | None = None, temperature: float = 1.0):
+    def __init__(self, model_path: str, members: list[str], settings: Any, seed: int,
+                 cuda_base: dict[str, Any] | None = None):
+        """``settings``: a ``learners.settings.LearnerSettings`` (``LearnerSettings.from_config(config, role)``)."""
         from actors.cluster import actor_device, deterministic_torch, route_actor_output
 
         route_actor_output("learner")  # before any import prints
@@ -30,9 +31,8 @@ class LearnerActor:
         from transformers import AutoTokenizer
 
         from learners.adapter_optim import AdapterOptimizers
-        from learners.multi_lora import LoRASpec, MultiLoRAModel
-        from learners.pg_loss import PGConfig
-        from learners.policy_learner import PolicyLearner, UpdateConfig, resolve_activation_checkpointing
+        from learners.multi_lora import MultiLoRAModel
+        from learners.policy_learner import PolicyLearner
         from learners.shared_base import CudaBaseOwner, build_on_tensors, map_base, map_cuda_base, materialise_base
 
         on_gpu = actor_device() == "cuda"  # False in the CPU stand-in mode, whatever Ray gave
@@ -41,13 +41,13 @@ class LearnerActor:
             torch.set_num_threads(max(1, int(os.environ.get("POPULORA_LEARNER_THREADS", "1"))))
         torch.manual_seed(seed)
         self.slots = {member: i for i, member in enumerate(members)}
-        self.advantage_baseline = rl["advantage_baseline"]
-        self.importance_correction = rl["importance_correction"]
+        self.advantage_baseline = settings.advantage_baseline
+        self.importance_correction = settings.importance_correction
         self.versions = {member: 0 for member in members}
         self._step: tuple[Any, dict[str, dict[str, float]]] | None = None  # a data-parallel share in progress
         self._share_index = 0  # its index among the replicas
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.base_dir = base_dir = materialise_base(model_path, getattr(torch, dtype))
+        self.base_dir = base_dir = materialise_base(model_path, getattr(torch, settings.dtype))
         self.base_owner = None
         if not on_gpu:
             base = map_base(base_dir)  # the machine's one copy in /dev/shm, mapped without a private copy
@@ -57,22 +57,13 @@ class LearnerActor:
         else:
             base = map_cuda_base(cuda_base)
         self._base_allocated = int(torch.cuda.memory_allocated()) if on_gpu else None  # ``tensor_devices``
-        spec = LoRASpec(rank=lora["rank"], alpha=lora["alpha"], num_slots=max(1, len(members)),
-                        target_modules=tuple(lora["target_modules"]), rslora=lora["rslora"])
         device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-        self.model = MultiLoRAModel(base, spec, init_b_std=lora["init_std"], seed=seed, device=device)
-        optimizers = AdapterOptimizers(self.model, lr=rl["learning_rate"], weight_decay=rl["weight_decay"],
-                                       grad_clip=rl["grad_clip"])
+        self.model = MultiLoRAModel(base, settings.lora_spec(len(members)), init_b_std=settings.init_std, seed=seed,
+                                    device=device)
+        optimizers = AdapterOptimizers(self.model, lr=settings.learning_rate, weight_decay=settings.weight_decay,
+                                       grad_clip=settings.grad_clip)
         self.learner = PolicyLearner(
-            self.model, optimizers,
-            PGConfig(clip_epsilon=rl["clip_epsilon"], kl_coef=rl["kl_coef"], entropy_coef=rl["entropy_coef"],
-                     importance_correction=rl["importance_correction"], is_truncation=rl["is_truncation"]),
-            UpdateConfig(epochs=rl["epochs"], micro_batch_tokens=rl["micro_batch_tokens"], temperature=temperature,
-                         activation_checkpointing=resolve_activation_checkpointing(
-                             rl["activation_checkpointing"], "cuda" if on_gpu else "cpu"),
-                         logit_chunk_tokens=rl["logit_chunk_tokens"], advantage_norm=rl["advantage_norm"],
-                         advantage_weighting=rl["advantage_weighting"], constant_normaliser=rl["constant_normaliser"],
-                         track_entropy=rl["log_entropy"]),
+            self.model, optimizers, settings.loss, settings.update_for("cuda" if on_gpu else "cpu"),
             pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0,
         )
         # what this process holds on its device once built, before any step (``tensor_devices``)

@@ -42,6 +42,7 @@ from inference.requests import GenerationRequest
 from actors.inference_actor import InferenceActor
 from actors.league_actor import LeagueActor
 from actors.learner_actor import LearnerActor
+from learners.settings import LearnerSettings
 from planning.placement import PlacementPlan
 from checkpoints import file_digest, mark_checkpoint_dir, read_checkpoint_token
 from rollouts import Sample
@@ -160,16 +161,10 @@ class System:
                 shard = len(learners.get(role, []))
                 owned = [m for i, (m, r) in enumerate(x for x in members if x[1] == role)
                          if cfg.rl.data_parallel or i % plan.learner_shards == shard]  # replicas hold every member
-                rl = cfg.rl.model_dump()
-                if role == "teacher" and cfg.rl.teacher_learning_rate is not None:
-                    rl["learning_rate"] = cfg.rl.teacher_learning_rate
-                rl["constant_normaliser"] = cfg.inference.max_tokens if cfg.rl.loss_normaliser == "constant" else 0
                 learner = LearnerActor.options(**actor_options(plan, actor, groups)).remote(
-                    model_path, owned, cfg.lora.model_dump(), rl, cfg.model.dtype,
+                    model_path, owned, LearnerSettings.from_config(cfg, role),
                     cfg.run.seed + (0 if cfg.rl.data_parallel else shard),  # replicas start identical
                     cuda_base=handles.get(actor.gpu_ids[0]) if actor.gpu_ids else None,
-                    # train the policy the rollouts are sampled from; greedy decoding (T = 0) trains T = 1
-                    temperature=cfg.inference.temperature if cfg.inference.temperature > 0 else 1.0,
                 )
                 made["learners"].append(learner)
                 if actor.gpu_ids and actor.gpu_ids[0] not in handles:
