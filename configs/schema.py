@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from configs.defences import REQUIRABLE
+from configs.engines import ENGINES, engine_traits
 from configs.strengths import check_strength
 
 FAMILIES = ("code_o", "code_i", "code_f")
@@ -295,7 +296,9 @@ class EvolutionConfig(Section):
 
 
 class InferenceConfig(Section):
-    backend: Literal["auto", "vllm", "hf"] = Field("auto", description="'auto': vLLM on GPUs, transformers on CPU (faster there; docs/inference.md).")
+    backend: str = Field(
+        "auto", description="An engine of configs/engines.py ('vllm', 'hf': transformers) or 'auto': vLLM on GPUs, "
+        "transformers on CPU (faster there; docs/inference.md).")
     max_tokens: int = Field(256, ge=1, le=65536, description="Most new tokens per generation.")
     temperature: float = Field(
         1.0, ge=0, le=10,
@@ -309,6 +312,13 @@ class InferenceConfig(Section):
         False, description="Run on a vLLM outside the tested minor version (inference/vllm_version.py); without it such an "
         "engine stops at start, naming both versions and how to install the tested one.",
     )
+
+    @field_validator("backend")
+    @classmethod
+    def _registered_backend(cls, value: str) -> str:
+        if value != "auto":
+            engine_traits(value)  # ValueError listing the registered engines (configs/engines.py)
+        return value
 
 
 class VerifierConfig(Section):
@@ -524,13 +534,16 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _tensor_parallelism_is_vllms(self) -> "Config":
-        """The transformers engine runs each replica on one device: with ``resources.tensor_parallel_size`` > 1 a
-        replica would hold that many GPUs and use one."""
-        if self.inference.backend == "hf" and self.resources.tensor_parallel_size > 1:
+        """An engine without tensor parallelism (``configs.engines``: the transformers engine) runs each replica on one
+        device: with ``resources.tensor_parallel_size`` > 1 a replica would hold that many GPUs and use one."""
+        backend = self.inference.backend
+        if backend != "auto" and not engine_traits(backend).tensor_parallel and self.resources.tensor_parallel_size > 1:
+            able = ", ".join(name for name, t in ENGINES.items() if t.tensor_parallel)
             raise ValueError(
                 f"resources.tensor_parallel_size={self.resources.tensor_parallel_size} splits each engine replica over "
-                "that many GPUs, which only vLLM does; inference.backend='hf' (transformers) runs a replica on one GPU: "
-                "set resources.tensor_parallel_size=1 (more replicas instead) or inference.backend=vllm"
+                f"that many GPUs, which only {able} does; inference.backend='{backend}' "
+                f"({engine_traits(backend).label}) runs a replica on one GPU: set resources.tensor_parallel_size=1 "
+                f"(more replicas instead) or inference.backend={able.split(', ')[0]}"
             )
         return self
 

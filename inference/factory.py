@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from packaging.version import Version
 
+from configs.engines import engine_traits
 from inference.base import Engine
 from inference.vllm_version import UntestedVLLMError
 
@@ -60,8 +61,8 @@ def make_engine(
     A vLLM outside the tested version (``inference.vllm_version``) raises ``UntestedVLLMError`` under 'auto' too
     (never a quiet fall back), unless ``allow_untested_vllm``.
     """
-    if backend not in ("auto", "vllm", "hf"):
-        raise ValueError(f"unknown inference backend {backend!r}; use 'auto', 'vllm' or 'hf'")
+    if backend != "auto":
+        engine_traits(backend)  # ValueError naming the registered engines (configs/engines.py)
     if backend == "hf" and engine_args:
         raise ValueError(f"engine_args {sorted(engine_args)} are vLLM engine arguments; the 'hf' backend takes none")
     common = dict(model_path=model_path, max_adapters=max_adapters, max_lora_rank=max_lora_rank, dtype=dtype,

@@ -222,7 +222,7 @@ def constants_for(config: Any, node: NodeConstants, dims: ModelDims, plan_kind: 
     from planning.time_plan import planned_engine
 
     return node_constants(node, kinds, host, plan_kind=plan_kind, digest=model_digest(dims, config.model.dtype),
-                          engine=planned_engine(config, plan_kind != "cpu"), installed=installed)
+                          engine=planned_engine(config, plan_kind != "cpu").name, installed=installed)
 
 __all__ = ["Applied", "ConstantsFileError", "FORMAT_VERSION", "NodeConstants", "constants_for", "installed_versions",
            "model_digest", "node_constants", "read_constants_file", "write_constants_file"]

@@ -507,7 +507,7 @@ def _learner_rows(config: Config, dims: ModelDims, placement: PlacementPlan, che
         if placement.colocated:
             engine = _engine_on(placement, gpu)
             row.device += " training"
-            if planned_engine(config, on_gpus=True) == "vllm":
+            if planned_engine(config, on_gpus=True).sleep_mode:
                 row.items[f"{engine}: asleep (its CUDA context{'' if _eager(config) else ' and CUDA graphs'} stay)"] = (
                     _engine_asleep_bytes(config))
                 row.note += f" training, {engine} asleep"
@@ -534,7 +534,7 @@ def _colocated_generating_rows(config: Config, dims: ModelDims, placement: Place
                                checkpointing: bool) -> list[DeviceRow]:
     """Colocated GPUs while the engine generates: its whole budget and CUDA context (the transformers engine: its whole
     footprint) beside the learners' resident state (module docstring)."""
-    if planned_engine(config, on_gpus=True) != "vllm":
+    if not planned_engine(config, on_gpus=True).budgeted_memory:
         return _colocated_hf_generating_rows(config, dims, placement, gpu_bytes, checkpointing)
     util = _engine_budget(config, dims, gpu_bytes)[1]
     base = dims.base_params() * DTYPE_BYTES[config.model.dtype]
@@ -663,7 +663,7 @@ def _engine_budget(config: Config, dims: ModelDims, gpu_bytes: int) -> tuple[dic
 
 
 def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int) -> list[DeviceRow]:
-    if planned_engine(config, on_gpus=True) != "vllm":
+    if not planned_engine(config, on_gpus=True).budgeted_memory:
         return _hf_inference_rows(config, dims, placement, gpu_bytes)
     items, util, knob = _engine_budget(config, dims, gpu_bytes)
     rows = []
@@ -743,7 +743,7 @@ def plan_memory(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_b
     moments = {"engine": 0, "generating": 1, "training": 2}  # a colocated GPU's rows in the order of a step
     rows.sort(key=lambda r: (int(r.device.split()[1].split("-")[0]), moments.get(r.device.split()[-1], 0)))
     rows.append(_host_row(config, dims, placement, host, checkpointing))
-    if placement.colocated and planned_engine(config, on_gpus=True) == "vllm":
+    if placement.colocated and planned_engine(config, on_gpus=True).sleep_mode:
         rows.append(_pinned_row(config, dims, placement, host))
     plan = MemoryPlan(rows, capacity_source, checkpointing)
     plan.max_micro_batch_tokens = max_micro_batch_tokens(config, dims, placement, gpu_bytes, checkpointing)

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from configs.engines import EngineTraits
+from configs.engines import planned_engine as planned_engine_traits
 from configs.schema import Config
 
 
@@ -153,11 +155,11 @@ COLOCATED_ENGINE_SHARE = 0.5
 them on one GPU, not a memory split)."""
 
 
-def planned_engine(config: Any, on_gpus: bool) -> str:
-    """The engine a plan assumes: ``vllm`` where the config asks for it, or ``auto`` on GPUs; else ``hf`` (the
-    transformers engine, which has no sleep mode: colocated, it stays awake beside its GPU's learners)."""
-    backend = config.inference.backend
-    return "vllm" if backend == "vllm" or (backend == "auto" and on_gpus) else "hf"
+def planned_engine(config: Any, on_gpus: bool) -> EngineTraits:
+    """The traits of the engine a plan assumes (``configs.engines.planned_engine``): the one ``inference.backend``
+    names, or with ``auto`` vLLM on GPUs and the transformers engine on CPU. The planners read its traits, never
+    its name."""
+    return planned_engine_traits(config.inference.backend, on_gpus)
 
 
 def learner_shard_names(role: str, shards: int) -> list[str]:
@@ -182,14 +184,14 @@ def plan_placement(config: Config) -> PlacementPlan:
         if res.inference_gpus:
             ids = tuple(range(gpu, gpu + res.tensor_parallel_size))
             gpu += res.tensor_parallel_size
-            vllm = planned_engine(config, on_gpus=True) == "vllm"
-            note = (f"vLLM engine, tensor_parallel_size={res.tensor_parallel_size}, every adapter" if vllm
-                    else "transformers engine, every adapter")
+            engine = planned_engine(config, on_gpus=True)
+            note = (f"{engine.label}, tensor_parallel_size={res.tensor_parallel_size}, every adapter"
+                    if engine.tensor_parallel else f"{engine.label}, every adapter")
             share = float(len(ids))
             if colocated:
                 share = COLOCATED_ENGINE_SHARE
-                note = ("vLLM engine, every adapter; sleeps while this GPU's learners train" if vllm else
-                        "transformers engine, every adapter; stays awake beside this GPU's learners (no sleep mode)")
+                note = (f"{engine.label}, every adapter; sleeps while this GPU's learners train" if engine.sleep_mode else
+                        f"{engine.label}, every adapter; stays awake beside this GPU's learners (no sleep mode)")
             actors.append(ActorPlan(name, "inference", res.inference_cpus, share, gpu_ids=ids, note=note))
         else:
             actors.append(ActorPlan(name, "inference", res.inference_cpus, note=f"{config.inference.backend} backend on CPU"))

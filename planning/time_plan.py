@@ -76,6 +76,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from planning.memory_plan import DTYPE_BYTES, EVAL_PROBLEMS_DEFAULT, ModelDims, lora_params
+from configs.engines import engine_traits
 from planning.placement import planned_engine
 from planning.time_constants import DEVICE_KINDS, HOST, DeviceKind, HostConstants, Sourced
 
@@ -243,7 +244,7 @@ class TimePlan:
     drained_fraction: float = 1.0  # of the config's run.steps, were it overlapped (drained_steps / run.steps)
     overlapped: bool = False  # the config runs overlapped (run.max_staleness: 1)
     data_parallel: bool = False  # the config splits each member's update over the learner GPUs (rl.data_parallel)
-    engine: str = "vllm"  # the engine the plan assumes (planned_engine): "vllm" or "hf" (the transformers engine)
+    engine: str = "vllm"  # the name of the engine the plan assumes (planned_engine; configs.engines)
     notes: list[str] = field(default_factory=list)  # what the reader must know of how a phase was planned
     generation_lower_bound: bool = False  # the transformers engine on a GPU at vLLM's rates (notes say so)
 
@@ -439,7 +440,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
     if kind is None:
         kind = DeviceKind(name=cluster.kind, memory_gib=80.0)
     engine = planned_engine(config, cluster.gpus > 0)
-    work = step_workload(config, lengths, prefix_sharing=engine == "vllm")
+    work = step_workload(config, lengths, prefix_sharing=engine.prefix_cache)
     n = dims.base_params()
     b = DTYPE_BYTES[config.model.dtype]
     phases: list[Phase] = []
@@ -523,15 +524,15 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
         eval_s = decode / replicas / decode_rate + config.eval.max_tokens * step_latency
         phases.append(Phase("evaluate", "inference", eval_s / config.eval.every,
                             f"{problems} problems x {members + 1} models every {config.eval.every} steps"))
-    if layout.colocated and engine == "vllm":
+    if layout.colocated and engine.sleep_mode:
         wake = kind.sleep_wake_s
         if wake is None:
             missing.append(f"{kind.name}: sleep_wake_s (colocated switch not planned)")
         phases.append(Phase("switch", "host", wake.value if wake else 0.0, "engines sleep for training and wake after"))
     elif layout.colocated:
-        phases.append(Phase("switch", "host", 0.0, "none: the transformers engine has no sleep mode, it stays awake"))
+        phases.append(Phase("switch", "host", 0.0, f"none: the {engine.label} has no sleep mode, it stays awake"))
     notes, lower_bound = [], False
-    if engine == "hf" and cluster.gpus and gen is not None:
+    if not engine.own_time_constants and cluster.gpus and gen is not None:
         note, lower_bound = _hf_on_gpu_note(kind)
         notes.append(note)
     tokens = {"teacher": sum(work.teacher_tokens.values()), "student": sum(work.student_tokens.values()),
@@ -539,7 +540,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
     steps = config.run.steps
     return TimePlan(cluster, layout, phases, lengths, {k: round(v) for k, v in tokens.items()}, missing,
                     drained_steps(config, steps) / steps, config.run.max_staleness == 1, config.rl.data_parallel,
-                    engine, notes, lower_bound)
+                    engine.name, notes, lower_bound)
 
 
 HF_BORROWED = ("prefill_mfu", "decode_mfu", "lora_decode_overhead")
@@ -758,7 +759,7 @@ def candidate_problem(plan: TimePlan, unfit: Callable[[Layout, bool], str | None
         return f"an engine's {layout.tp} tensor-parallel GPUs must be on one node"
     if plan.missing:
         return "constants missing: " + "; ".join(plan.missing)
-    not_run = COLOCATED_NOT_RUN if plan.engine == "vllm" else COLOCATED_HF_NOT_RUN
+    not_run = COLOCATED_NOT_RUN if engine_traits(plan.engine).sleep_mode else COLOCATED_HF_NOT_RUN
     return unfit(layout, mode.data_parallel) or (not_run if layout.colocated else None)
 
 

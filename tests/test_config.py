@@ -121,7 +121,7 @@ def test_tensor_parallelism_reaches_vllm_once(monkeypatch):
     assert config.vllm_engine_args()["distributed_executor_backend"] == "ray"
     with pytest.raises(ConfigError, match=r"inference.vllm_engine_args.tensor_parallel_size: set resources.tensor_parallel_size"):
         load_config(preset, ["inference.vllm_engine_args.tensor_parallel_size=2"])
-    with pytest.raises(ConfigError, match=r"resources.tensor_parallel_size=2 splits .* only vLLM does; inference.backend='hf'"):
+    with pytest.raises(ConfigError, match=r"resources.tensor_parallel_size=2 splits .* only vllm does; inference.backend='hf'"):
         load_config(preset, [*tp2, "inference.backend=hf"])
     assert load_config(preset, ["inference.backend=hf"]).resources.tensor_parallel_size == 1
 
