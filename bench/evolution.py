@@ -39,7 +39,8 @@ sys.path.append(str(Path(__file__).resolve().parent))  # after the project root:
 import qwen25_7b  # noqa: E402
 from planning.memory_plan import ModelDims  # noqa: E402
 
-from evolution import operators  # noqa: E402
+from configs.operators import SPECS  # noqa: E402
+from evolution.replacement import apply_operator  # noqa: E402
 from evolution.adapter_slots import find_slots  # noqa: E402
 from evolution.heap import reuse_freed_blocks  # noqa: E402
 from evolution.thin_svd import factored_svd, factored_svds, householder_svd  # noqa: E402
@@ -146,19 +147,10 @@ def main() -> None:
     factor_bytes = sum(t.numel() * t.element_size() for t in parent_a.values())
     log(f"{len(slots)} slots, {factor_bytes / 2**20:.0f} MiB of float32 factors per adapter")
 
-    calls = {
-        "perturb_singular_values": lambda g: operators.MUTATIONS["perturb_singular_values"](parent_a, strength=0.1, generator=g),
-        "rotate_subspace": lambda g: operators.MUTATIONS["rotate_subspace"](parent_a, strength=0.1, generator=g),
-        "gaussian_noise": lambda g: operators.MUTATIONS["gaussian_noise"](parent_a, strength=0.05, generator=g),
-        "swap_slots": lambda g: operators.CROSSOVERS["swap_slots"](parent_a, parent_b, generator=g),
-        "blend_svd": lambda g: operators.CROSSOVERS["blend_svd"](parent_a, parent_b, weight=0.5, generator=g),
-        # the new members of the family, at their replacement-policy default strengths
-        "layer_noise": lambda g: operators.layer_noise(parent_a, strength=0.1, generator=g),
-        "mask_components": lambda g: operators.mask_components(parent_a, strength=0.25, generator=g),
-        "dare": lambda g: operators.dare(parent_a, parent_b, strength=0.1, generator=g),
-        "splice_svd": lambda g: operators.splice_svd(parent_a, parent_b, strength=0.5, generator=g),
-        "extrapolate": lambda g: operators.extrapolate(parent_a, parent_b, strength=1.5, generator=g),
-    }
+    # every operator of the spec table at its default strength, as the replacement policy applies it
+    calls = {name: (lambda g, name=name, spec=spec: apply_operator(
+                 name, spec.strength, [parent_a, parent_b] if spec.kind == "crossover" else [parent_a], g))
+             for name, spec in SPECS.items()}
     if args.operators:
         wanted = {"perturb_singular_values", *args.operators.split(",")}
         unknown = sorted(wanted - set(calls))

@@ -56,7 +56,7 @@ from bench.learning import generator_tasks, probe_tasks  # noqa: E402
 from configs.loading import load_config  # noqa: E402
 from evolution import operators  # noqa: E402
 from evolution.replacement import DEFAULT_OPERATORS, apply_operator  # noqa: E402
-from configs.strengths import check_strength  # noqa: E402
+from configs.operators import check_strength  # noqa: E402
 from learners.adapter_optim import AdapterOptimizers  # noqa: E402
 from learners.batching import Sample  # noqa: E402
 from learners.multi_lora import LoRASpec, MultiLoRAModel  # noqa: E402

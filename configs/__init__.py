@@ -1,7 +1,7 @@
 """Validated run configuration: the pydantic schema and the YAML presets beside it.
 
 The lowest layer (README, Layout): it imports nothing else of this project. The names below load the schema
-on first use, so the pydantic-free modules beside it (``configs.defences``, ``configs.strengths``: the names
+on first use, so the pydantic-free modules beside it (``configs.defences``, ``configs.operators``: the names
 and ranges the schema checks) import without pydantic, for the verifier and the evolution operators.
 """
 

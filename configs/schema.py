@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from configs.defences import REQUIRABLE
 from configs.engines import ENGINES, engine_traits
-from configs.strengths import check_strength
+from configs.operators import SPECS, check_strength, names
 
 FAMILIES = ("code_o", "code_i", "code_f")
-MUTATION_NAMES = ("perturb_singular_values", "rotate_subspace", "gaussian_noise", "layer_noise", "mask_components")
-CROSSOVER_NAMES = ("swap_slots", "blend_svd", "dare", "splice_svd", "extrapolate")
+MUTATION_NAMES = names("mutation")
+CROSSOVER_NAMES = names("crossover")
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """Qwen2 / Llama projection names (attention and MLP), PEFT's usual "all linear" set for them: ``lora.target_modules``'s
 default and ``learners.multi_lora.LoRASpec``'s."""
@@ -239,18 +239,8 @@ class OperatorConfig(Section):
 
 
 def _default_operators() -> dict[str, OperatorConfig]:
-    return {
-        "perturb_singular_values": OperatorConfig(weight=1.0, strength=0.1),
-        "rotate_subspace": OperatorConfig(weight=1.0, strength=0.1),
-        "gaussian_noise": OperatorConfig(weight=0.5, strength=0.05),
-        "layer_noise": OperatorConfig(weight=0.5, strength=0.1),
-        "mask_components": OperatorConfig(weight=0.5, strength=0.25),
-        "swap_slots": OperatorConfig(weight=1.0, strength=0.0),
-        "blend_svd": OperatorConfig(weight=1.0, strength=0.5),
-        "dare": OperatorConfig(weight=0.5, strength=0.1),
-        "splice_svd": OperatorConfig(weight=0.5, strength=0.5),
-        "extrapolate": OperatorConfig(weight=0.5, strength=1.5),
-    }
+    """Every operator at its spec's default weight and strength (``configs.operators.SPECS``)."""
+    return {name: OperatorConfig(weight=spec.weight, strength=spec.strength) for name, spec in SPECS.items()}
 
 
 class EvolutionConfig(Section):
@@ -284,7 +274,7 @@ class EvolutionConfig(Section):
 
     @model_validator(mode="after")
     def _known_operators(self) -> "EvolutionConfig":
-        known = MUTATION_NAMES + CROSSOVER_NAMES
+        known = tuple(SPECS)
         unknown = sorted(set(self.operators) - set(known))
         if unknown:
             raise ValueError(f"unknown evolution operators {unknown}; valid: {list(known)}")

@@ -26,7 +26,7 @@ import torch
 
 from evolution.adapter_slots import Adapter, Slot, check_same_layout, find_slots
 from evolution.shards import flat, in_pool_thread, in_shards, thread_pool
-from configs.strengths import check_strength
+from configs.operators import check_strength
 from evolution.thin_svd import (
     FactoredSVD,
     GramRoot,

@@ -43,25 +43,15 @@ import torch
 from evolution import operators as ops
 from evolution.adapter_slots import Adapter
 from evolution.league import League
-from configs.strengths import NEUTRAL_STRENGTH, check_strength
+from configs.operators import SPECS, check_strength, default_operators
 
 STATE_VERSION = 1
 SUB_POPULATIONS = ("teacher", "student")
 
-DEFAULT_OPERATORS: dict[str, dict[str, float]] = {
-    "perturb_singular_values": {"weight": 1.0, "strength": 0.1},
-    "rotate_subspace": {"weight": 1.0, "strength": 0.1},
-    "gaussian_noise": {"weight": 0.5, "strength": 0.05},
-    "layer_noise": {"weight": 0.5, "strength": 0.1},
-    "mask_components": {"weight": 0.5, "strength": 0.25},
-    "swap_slots": {"weight": 1.0, "strength": 0.0},
-    "blend_svd": {"weight": 1.0, "strength": 0.5},
-    "dare": {"weight": 0.5, "strength": 0.1},
-    "splice_svd": {"weight": 0.5, "strength": 0.5},
-    "extrapolate": {"weight": 0.5, "strength": 1.5},
-}
+DEFAULT_OPERATORS: dict[str, dict[str, float]] = default_operators()
 RATING_ENTRIES = ("mean_preserving", "parents")
-UNSHRINKABLE = ("swap_slots", "clone")
+CLONE = "clone"  # the fallback child (a copy of its parent), never drawn
+UNSHRINKABLE = (*(name for name, spec in SPECS.items() if not spec.shrinkable), CLONE)
 
 
 @dataclass(frozen=True)
@@ -115,8 +105,8 @@ def _operator_table(spec: Mapping[str, Any] | None) -> dict[str, dict[str, float
         return {name: dict(v) for name, v in DEFAULT_OPERATORS.items()}
     table = {}
     for name, value in spec.items():
-        if name not in ops.OPERATORS:
-            raise ValueError(f"unknown evolution operator {name!r}; valid: {list(ops.OPERATORS)}")
+        if name not in SPECS:
+            raise ValueError(f"unknown evolution operator {name!r}; valid: {list(SPECS)}")
         weight = value["weight"] if isinstance(value, Mapping) else getattr(value, "weight")
         strength = value["strength"] if isinstance(value, Mapping) else getattr(value, "strength")
         if not (isinstance(weight, (int, float)) and math.isfinite(weight) and weight >= 0):
@@ -130,15 +120,15 @@ def _operator_table(spec: Mapping[str, Any] | None) -> dict[str, dict[str, float
 def apply_operator(name: str, strength: float, parents: Sequence[Adapter], generator: torch.Generator | None = None) -> ops.Child:
     """``name`` at ``strength`` (a table entry's meaning: blend_svd's weight, swap_slots none) on one parent
     (mutations, clone) or two (crossovers, in order)."""
-    if name == "clone":
+    if name == CLONE:
         return ops.clone(parents[0])
     if name == "swap_slots":
         return ops.swap_slots(parents[0], parents[1], generator=generator)
     if name == "blend_svd":
         return ops.blend_svd(parents[0], parents[1], weight=strength, generator=generator)
-    if name in ops.CROSSOVERS:
-        return ops.CROSSOVERS[name](parents[0], parents[1], strength=strength, generator=generator)
-    return ops.MUTATIONS[name](parents[0], strength=strength, generator=generator)
+    if SPECS[name].kind == "crossover":
+        return ops.OPERATORS[name](parents[0], parents[1], strength=strength, generator=generator)
+    return ops.OPERATORS[name](parents[0], strength=strength, generator=generator)
 
 
 class ReplacementPolicy:
@@ -212,7 +202,7 @@ class ReplacementPolicy:
         others = [m for m in pool if m != victim]
         operator, strength = self._draw_operator(two_parents=len(others) >= 2)
         parents = [self._tournament(league, others)]
-        if operator in ops.CROSSOVERS:
+        if operator != CLONE and SPECS[operator].kind == "crossover":
             parents.append(self._tournament(league, [m for m in others if m != parents[0]]))
             if operator == "extrapolate":  # past the stronger parent, away from the weaker one
                 parents.sort(key=lambda m: (league.rating(m).conservative, m), reverse=True)
@@ -220,9 +210,9 @@ class ReplacementPolicy:
 
     def _draw_operator(self, two_parents: bool) -> tuple[str, float]:
         table = self.config["operators"]
-        feasible = [n for n, v in table.items() if v["weight"] > 0 and (two_parents or n in ops.MUTATIONS)]
+        feasible = [n for n, v in table.items() if v["weight"] > 0 and (two_parents or SPECS[n].kind == "mutation")]
         if not feasible:
-            return "clone", 0.0
+            return CLONE, 0.0
         name = self._rng.choices(feasible, weights=[table[n]["weight"] for n in feasible])[0]
         return name, table[name]["strength"]
 
@@ -247,7 +237,7 @@ class ReplacementPolicy:
             if name in UNSHRINKABLE:
                 break
             strength = self._shrink(name, strength)
-        child = self._apply("swap_slots" if len(parents) == 2 else "clone", 0.0, parents, generator)
+        child = self._apply("swap_slots" if len(parents) == 2 else CLONE, 0.0, parents, generator)
         attempts.append({**child.summary(), "accepted": True})
         return Offspring(child, attempts)
 
@@ -265,7 +255,7 @@ class ReplacementPolicy:
     def _shrink(name: str, strength: float) -> float:
         if name == "blend_svd":  # halfway to the nearer parent (weight 1 is parent a, 0 parent b)
             return 1 - (1 - strength) / 2 if strength >= 0.5 else strength / 2
-        neutral = NEUTRAL_STRENGTH.get(name, 0.0)  # extrapolate: eta halfway back to 1 (parent a)
+        neutral = SPECS[name].neutral if name in SPECS else 0.0  # extrapolate: eta halfway back to 1 (parent a)
         return neutral + (strength - neutral) / 2
 
     # ------------------------------------------------------------------------------------------ commit

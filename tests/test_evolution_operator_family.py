@@ -7,7 +7,7 @@ import torch
 from evolution_adapters import delta, dense_svd, gen, make_adapter, rel, slot_names
 
 from evolution import operators
-from configs.strengths import NEUTRAL_STRENGTH
+from configs.operators import SPECS
 
 RANK = 4
 NEW_CROSSOVERS = ("dare", "splice_svd", "extrapolate")
@@ -164,7 +164,7 @@ def test_dare_without_drops_is_the_blend(parent, other):
 @pytest.mark.parametrize("name", NEW_CROSSOVERS)
 def test_neutral_strength_gives_parent_a(name, parent, other):
     kwargs = {"weight": 1.0} if name == "dare" else {}
-    neutral = NEUTRAL_STRENGTH.get(name, 0.0)  # extrapolate: eta = 1 is parent a
+    neutral = SPECS[name].neutral  # extrapolate: eta = 1 is parent a
     child = operators.CROSSOVERS[name](parent, other, strength=neutral, generator=gen(0), **kwargs)
     for slot in slot_names(parent):
         assert rel(delta(child.state_dict, slot), delta(parent, slot)) < 1e-5
@@ -211,3 +211,13 @@ def test_new_strength_ranges_are_checked(parent, other):
             call()
     with pytest.raises(ValueError, match="fraction"):
         operators.layer_noise(parent, 0.1, fraction=0.0)
+
+
+def test_the_spec_table_and_the_functions_name_the_same_operators():
+    from configs.operators import SPECS, names
+
+    assert set(SPECS) == set(operators.OPERATORS)
+    assert set(names("mutation")) == set(operators.MUTATIONS) and set(names("crossover")) == set(operators.CROSSOVERS)
+    for name, spec in SPECS.items():
+        low, high = spec.strength_range
+        assert low <= spec.strength <= high and low <= spec.neutral <= high, name

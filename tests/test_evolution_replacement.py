@@ -243,3 +243,36 @@ def test_new_operators_make_accepted_children_through_the_policy(name):
     if name == "extrapolate":  # a is the stronger parent
         ratings = [league.rating(p).conservative for p in record.parents]
         assert ratings[0] >= ratings[1]
+
+
+def test_a_toy_operator_registered_in_one_place_is_validated_drawn_and_applied(monkeypatch):
+    """One spec (configs.operators.SPECS) plus its function (evolution.operators): the config accepts it and checks its
+    strength range, the policy draws it and the child is made by it."""
+    import dataclasses
+
+    from configs.operators import SPECS, OperatorSpec
+    from configs.schema import Config
+    from evolution import operators as ops
+
+    calls = []
+
+    def toy_noise(parent, strength, generator=None):
+        calls.append(strength)
+        child = ops.gaussian_noise(parent, strength=strength / 10, generator=generator)
+        return dataclasses.replace(child, operator="toy_noise", strength=strength)
+
+    monkeypatch.setitem(SPECS, "toy_noise", OperatorSpec("toy_noise", "mutation", 0.0, 0.3, (0.0, 1.0)))
+    monkeypatch.setitem(ops.OPERATORS, "toy_noise", toy_noise)
+    config = Config.model_validate({"evolution": {"operators": {
+        **{name: {"weight": 0.0} for name in SPECS if name != "toy_noise"}, "toy_noise": {"weight": 1.0}}}})
+    assert config.evolution.operators["toy_noise"].strength == 0.3  # the spec's default strength
+    with pytest.raises(ValueError, match=r"toy_noise: strength 2.0 is outside \[0.0, 1.0\]"):
+        Config.model_validate({"evolution": {"operators": {"toy_noise": {"weight": 1.0, "strength": 2.0}}}})
+    league = league_with({"t0": 20.0, "t1": 25.0, "t2": 30.0})
+    adapters = {m: make_adapter(i) for i, m in enumerate(["t0", "t1", "t2"])}
+    policy = ReplacementPolicy(operators=config.evolution.operators, seed=0)
+    record, child = policy.evolve(league, "teacher", 10, adapters, torch.Generator().manual_seed(0))
+    assert record.operator == "toy_noise" and calls == [0.3]
+    parent = adapters[record.parents[0]]
+    slot = slot_names(parent)[0]
+    assert 0 < rel(delta(child.state_dict, slot), delta(parent, slot)) < 0.5

@@ -152,7 +152,7 @@ def test_the_layout_table_is_read_from_the_readme(tmp_path):
 
 def test_the_pure_layers_import_without_ray_and_the_verifier_without_pydantic():
     code = ("import sys\n"
-            "import verifier.sandbox, verifier.forkserver, evolution.operators, configs.defences, configs.strengths\n"
+            "import verifier.sandbox, verifier.forkserver, evolution.operators, configs.defences, configs.operators\n"
             "assert 'pydantic' not in sys.modules, 'the verifier or evolution pulled in pydantic'\n"
             "import inference, planning.run_plan, rollouts, checkpoints, reporting.run_dir, reporting.step_metrics\n"
             "import evaluation.harness\n"
