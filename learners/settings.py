@@ -38,9 +38,10 @@ class LearnerSettings:
 
     @classmethod
     def from_config(cls, config: Config, role: str) -> "LearnerSettings":
-        """The settings of a ``role`` ("teacher" or "student") learner of ``config``."""
-        if role not in ("teacher", "student"):
-            raise ValueError(f"a learner's role is 'teacher' or 'student', got {role!r}")
+        """The settings of a ``role`` learner of ``config``: "teacher", "student", or "agent" (the single agent's one
+        adapter, which proposes and solves at ``rl.learning_rate``)."""
+        if role not in ("teacher", "student", "agent"):
+            raise ValueError(f"a learner's role is 'teacher', 'student' or 'agent', got {role!r}")
         rl, lora = config.rl, config.lora
         lr = rl.teacher_learning_rate if role == "teacher" and rl.teacher_learning_rate is not None else rl.learning_rate
         return cls(

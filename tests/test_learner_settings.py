@@ -20,5 +20,6 @@ def test_the_three_places_where_a_learner_differs_from_the_config():
     tempered = LearnerSettings.from_config(load_config(None, ["inference.temperature=0.6"]), "student")
     assert tempered.update.temperature == 0.6 and tempered.update.constant_normaliser == 0
     assert tempered.lora_spec(3).num_slots == 3 and tempered.lora_spec(0).num_slots == 1
+    assert LearnerSettings.from_config(config, "agent").learning_rate == 5e-4  # the single agent: rl.learning_rate
     with pytest.raises(ValueError, match="role"):
         LearnerSettings.from_config(config, "judge")
