@@ -105,8 +105,8 @@ def step_row(
     teachers = sorted({p.teacher for p in proposals})
     verdicts = [v for per_task in judgements for v in per_task]
 
-    targets = [s for s in samples if getattr(s, "fixed_advantage", None) is not None]  # hindsight: not sampled
-    samples = [s for s in samples if getattr(s, "fixed_advantage", None) is None]
+    targets = [s for s in samples if s.fixed_advantage is not None]  # hindsight: not sampled
+    samples = [s for s in samples if s.fixed_advantage is None]
     rewards: dict[str, list[float]] = defaultdict(list)
     for sample in samples:
         rewards[sample.member].append(sample.reward)

@@ -349,15 +349,13 @@ def slope_verdict(metric: dict[str, Any], sign: int) -> str:
     return verdict(lo, hi)
 
 
-def complexity_claims(population: Sequence[Rows], single: Sequence[Rows], pop: dict[str, Any],
-                      sin: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def complexity_claims(pop: dict[str, Any], sin: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Per complexity metric the population - single slope difference (Welch, module docstring) and each arm's
     direction; returns (comparisons, verdicts over the four metrics)."""
-    pop_runs, sin_runs = [with_derived(r) for r in population], [with_derived(r) for r in single]
     interaction: dict[str, Any] = {}
-    for key in COMPLEXITY:
-        a, b = seed_slopes(pop_runs, key), seed_slopes(sin_runs, key)
-        d = welch_difference(a.per_seed, b.per_seed) if a and b else {"difference": None, "ci": None}
+    for key in COMPLEXITY:  # the per-seed slopes arm_summary already fitted
+        a, b = pop["metrics"][key]["per_seed"], sin["metrics"][key]["per_seed"]
+        d = welch_difference(a, b) if a and b else {"difference": None, "ci": None}
         interaction[key] = {**d, "verdict": difference_verdict(d) if a and b else "inconclusive"}
     verdicts = {
         "population_minus_single_complexity_slope": all_of([interaction[k]["verdict"] for k in COMPLEXITY]),
@@ -375,7 +373,7 @@ def study_summary(population: Sequence[Rows], single: Sequence[Rows],
     ``{"population": [[per-task correct counts per student] per seed], "single": [[counts] per seed],
     "base": [counts], "samples": answers per task}``."""
     pop, sin = arm_summary(population), arm_summary(single)
-    claims, verdicts = complexity_claims(population, single, pop, sin)
+    claims, verdicts = complexity_claims(pop, sin)
     per_program = welch_difference(pop["coverage_per_program"], sin["coverage_per_program"])
     matched_programs = min(min(pop["written_programs"]), min(sin["written_programs"]))
     matched = welch_difference([coverage_at(rows, matched_programs) for rows in population],
