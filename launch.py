@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--from-run", type=Path, metavar="RUN_DIR",
                         help="with --dry-run: plan time with the lengths RUN_DIR recorded, beside its measured phases")
     parser.add_argument("--constants", type=Path, metavar="FILE",
-                        help="plan time with the constants bench/calibrate.py measured on a node (plan.constants_file)")
+                        help="plan time with the constants planning/calibrate.py measured on a node (plan.constants_file)")
     loudness = parser.add_mutually_exclusive_group()
     loudness.add_argument("--quiet", action="store_true",
                           help="print only errors and the final summary (no progress bar, step lines or dashboard lines)")

@@ -315,7 +315,7 @@ def actor_device() -> str:
 
 
 DETERMINISTIC_ENV = "POPULORA_DETERMINISTIC"
-"""Set to 1 where Ray's nodes start (``bench/gpu_system.py`` does, with ``CUBLAS_WORKSPACE_CONFIG=:4096:8``): the
+"""Set to 1 where Ray's nodes start (``gpu_check/system.py`` does, with ``CUBLAS_WORKSPACE_CONFIG=:4096:8``): the
 learner and engine actors call ``torch.use_deterministic_algorithms(True, warn_only=True)``, so two runs that should
 end equal do so on a GPU too; an op with no deterministic kernel warns in the actor's log instead of failing."""
 

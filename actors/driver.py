@@ -25,6 +25,7 @@ from typing import Any
 
 from configs import Config
 from checkpoints import CheckpointWriteError
+from planning.model_files import resolve_model
 from reporting.run_dir import LOG_FORMAT, RunDirectory
 
 log = logging.getLogger("populora")
@@ -32,35 +33,6 @@ progress_log = logging.getLogger("populora.progress")  # the lines the terminal 
 
 OUTPUT_MODES = ("quiet", "default", "verbose")
 TERMINAL_LOG_LEVEL = {"quiet": logging.ERROR, "default": logging.WARNING, "verbose": logging.DEBUG}
-
-
-WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-
-
-def resolve_model(config: Config, progress: bool = True) -> str:
-    """The model directory: the built-in tiny model (built and cached on first use, showing its progress when
-    ``progress``) or a local path holding a config.json, weights and a tokenizer; anything else is a
-    ``SystemExit`` saying what is missing."""
-    if config.model.path == "tiny":
-        from tinycoder import ensure_model
-
-        return str(ensure_model(variant=config.model.tiny_variant, seed=0, progress=progress))
-    path = Path(config.model.path).expanduser()
-    if config.model.path.startswith("${") or not (path / "config.json").is_file():
-        raise SystemExit(
-            f"error: model.path={config.model.path!r} is not a local model directory with a config.json "
-            "(models are never downloaded; set POPULORA_MODEL or override model.path=/path/to/model)"
-        )
-    missing = [what for what, patterns in (("weights (*.safetensors or *.bin)", WEIGHT_FILES),
-                                           ("a tokenizer (tokenizer.json or tokenizer_config.json)", TOKENIZER_FILES))
-               if not any(any(path.glob(p)) for p in patterns)]
-    if missing:
-        raise SystemExit(
-            f"error: the model directory {path} is incomplete: it has a config.json but no {' and no '.join(missing)} "
-            "(copy the whole model directory, e.g. huggingface-cli download <model> --local-dir DIR on a machine online)"
-        )
-    return str(path)
 
 
 def default_run_dir(config: Config) -> Path:

@@ -39,7 +39,7 @@ class InferenceActor:
         from inference import make_engine
 
         device = actor_device()  # "cpu" in the CPU stand-in mode, whatever Ray gave
-        if deterministic_torch(device == "cuda"):  # POPULORA_DETERMINISTIC (bench/gpu_system.py)
+        if deterministic_torch(device == "cuda"):  # POPULORA_DETERMINISTIC (gpu_check/system.py)
             # vLLM's engine core is a child process on CUDA: the torch flags set here would not reach it, so the core
             # runs in this process instead (slower: no overlap of scheduling and the model's steps).
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -89,7 +89,7 @@ class InferenceActor:
         return self.engine.sleep_mode
 
     def tensor_devices(self) -> dict[str, Any]:
-        """Where this engine's tensors are, read inside its process (``bench/gpu_system.py`` asks during a run): the
+        """Where this engine's tensors are, read inside its process (``gpu_check/system.py`` asks during a run): the
         ``devices`` of every parameter and buffer of the transformers engine's model (its weights and LoRA slots,
         into which each published adapter is loaded); None for vLLM, whose weights live in its own engine process."""
         import torch

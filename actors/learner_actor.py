@@ -36,7 +36,7 @@ class LearnerActor:
         from learners.shared_base import CudaBaseOwner, build_on_tensors, map_base, map_cuda_base, materialise_base
 
         on_gpu = actor_device() == "cuda"  # False in the CPU stand-in mode, whatever Ray gave
-        deterministic_torch(on_gpu)  # POPULORA_DETERMINISTIC (bench/gpu_system.py)
+        deterministic_torch(on_gpu)  # POPULORA_DETERMINISTIC (gpu_check/system.py)
         if not on_gpu:
             torch.set_num_threads(max(1, int(os.environ.get("POPULORA_LEARNER_THREADS", "1"))))
         torch.manual_seed(seed)
@@ -92,7 +92,7 @@ class LearnerActor:
         return int(torch.cuda.memory_reserved())
 
     def tensor_devices(self) -> dict[str, Any]:
-        """Where this learner's tensors are, read inside its process (``bench/gpu_system.py`` asks during a run):
+        """Where this learner's tensors are, read inside its process (``gpu_check/system.py`` asks during a run):
         ``devices`` of every parameter and buffer of its model (the frozen base and the LoRA slots) and of its
         optimizer states (AdamW's scalar step counters stay on the CPU by torch's design and are not counted);
         ``base_bytes`` (the shared base's size), ``base_span`` (the bytes from the first to the end of the last

@@ -22,7 +22,7 @@ and the bytes that cross the driver: what ``ray.get`` returns to it plus the arg
 each as Ray serialises it. Per-layer quantities scale linearly with layers, so the 28-layer values
 are the measured ones x 28 / ``--layers`` (``extrapolated_28_layers``).
 
-Run: ``python bench/adapter_transport.py [--layers 2] [--replicas 2] [--repeats 3]`` (about a minute on
+Run: ``python -m bench.adapter_transport [--layers 2] [--replicas 2] [--repeats 3]`` (about a minute on
 2 cores; memory: the 2-layer base once in /dev/shm for the learners and once per replica, 0.9 GB each in
 bfloat16, plus the object store's payloads). Progress goes to stderr; the last stdout line is one JSON object.
 """
@@ -41,13 +41,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "bench"))  # after the project root: bench/evolution.py must not shadow the package
 
-import qwen25_7b  # noqa: E402
-from planning.memory_plan import ModelDims, lora_params  # noqa: E402
-from learners.multi_lora import TARGET_MODULES  # noqa: E402
+from bench import qwen25_7b
+from planning.memory_plan import ModelDims, lora_params
+from learners.multi_lora import TARGET_MODULES
 
 LAYERS_7B = qwen25_7b.LAYERS
 

@@ -16,7 +16,7 @@ learners do not use it).
 CUDA only. The last stdout line is one JSON object: planned and measured bytes, the retained share of the step
 (``retained_share``), ``reserved_over_planned`` and ``within_goal`` (the plan never under what stays reserved, and
 within 15% of it).
-Run: ``python bench/colocated_memory.py --layers 28 --tokens 16384``.
+Run: ``python -m bench.colocated_memory --layers 28 --tokens 16384``.
 """
 
 from __future__ import annotations
@@ -26,15 +26,11 @@ import gc
 import json
 import os
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "bench"))
 
-import qwen25_7b  # noqa: E402
-from memory_plan import build, shape_of  # noqa: E402  (bench/memory_plan.py: the same 7B-shaped learner)
-from planning.memory_plan import ModelDims, learner_resident_bytes, step_peak_bytes  # noqa: E402
+from bench import qwen25_7b
+from bench.memory_plan import build, shape_of  # the same 7B-shaped learner
+from planning.memory_plan import ModelDims, learner_resident_bytes, step_peak_bytes
 
 GOAL = 0.15
 CHUNK = 1024

@@ -17,7 +17,7 @@ tokens (prompt + completion, ``learners.data_parallel.split_by_tokens`` keyed by
 split) over the mean share. Four learner processes on two cores: dp2 can gain only where one learner per role
 leaves a core idle (the teachers' few tokens).
 
-Run: ``python bench/data_parallel.py [--repeats 4]`` (a few minutes on two cores, under the machine's lock).
+Run: ``python -m bench.data_parallel [--repeats 4]`` (a few minutes on two cores, under the machine's lock).
 Progress goes to stderr; the last stdout line is one JSON object.
 """
 
@@ -30,11 +30,8 @@ import statistics
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def log(message: str) -> None:

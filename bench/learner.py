@@ -22,7 +22,7 @@ shared machine disturb far less than wall time; wall medians are reported beside
 stderr; the last stdout line is one JSON object with ``mixed8_vs_single_ratio`` (mixed8 / single median,
 larger model), ``vs_peft_sequential`` (peft_seq / mixed8 median, larger model: how many times faster one
 mixed pass is than PEFT's eight), per-model medians and the packing figures.
-Run: ``nice -n 10 python bench/learner.py`` (3-8 minutes on two busy cores; ``--quick`` for a smoke run).
+Run: ``nice -n 10 python -m bench.learner`` (3-8 minutes on two busy cores; ``--quick`` for a smoke run).
 
 ``--widths 7b`` times instead a Qwen2 with Qwen2.5-7B's widths (hidden 3584, intermediate 18944, 28 query /
 4 KV heads, vocabulary 152,064; ``--layers`` decoder layers, default 2 on CPU, 28 for the whole model;
@@ -35,8 +35,8 @@ second base or an unchunked step does not fit beside the first). Each adapter ge
 ``--tokens-per-adapter`` tokens, half of them completion (loss) tokens. ``--device cuda`` runs on the GPU:
 times are wall seconds between ``torch.cuda.synchronize`` calls and each variant's
 ``torch.cuda.max_memory_allocated`` during its steps is reported. CPU run (~6 GB, ~10 minutes on two busy
-cores): ``nice -n 10 python bench/learner.py --widths 7b --layers 1 --repeats 2 --threads 2``; GPU:
-``python bench/learner.py --device cuda --widths 7b --layers 28`` (what ``bench/gpu_check.py`` runs).
+cores): ``nice -n 10 python -m bench.learner --widths 7b --layers 1 --repeats 2 --threads 2``; GPU:
+``python -m bench.learner --device cuda --widths 7b --layers 28`` (what ``gpu_check/check.py`` runs).
 """
 
 from __future__ import annotations
@@ -46,21 +46,18 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.append(str(Path(__file__).resolve().parent))  # after the project root: bench/evolution.py must not shadow the package
 
-from qwen25_7b import WIDTHS as WIDTHS_7B  # noqa: E402
+from bench.qwen25_7b import WIDTHS as WIDTHS_7B
 
-from learners.adapter_optim import AdapterOptimizers  # noqa: E402
-from learners.batching import Sample, TokenBatch, micro_batches  # noqa: E402
-from learners.multi_lora import TARGET_MODULES, LoRASpec, MultiLoRAModel  # noqa: E402
-from learners.pg_loss import PGConfig, group_normalised_advantages, policy_gradient_loss, token_logprobs  # noqa: E402
-from learners.policy_learner import PolicyLearner, UpdateConfig  # noqa: E402
+from learners.adapter_optim import AdapterOptimizers
+from learners.batching import Sample, TokenBatch, micro_batches
+from learners.multi_lora import TARGET_MODULES, LoRASpec, MultiLoRAModel
+from learners.pg_loss import PGConfig, group_normalised_advantages, policy_gradient_loss, token_logprobs
+from learners.policy_learner import PolicyLearner, UpdateConfig
 
 ADAPTERS = 8
 RANK, ALPHA = 8, 16.0

@@ -19,7 +19,7 @@ Python process that imports torch and transformers' Qwen2 code carries ~370 MiB 
 here, before any weight exists), so the ratio is dominated by that fixed cost at 0.1B and by the base
 above it; ``second_private_in_base_MiB`` (the second learner's private pages inside the base mapping:
 0 means no byte of the base was copied) shows the sharing directly. Progress goes to stderr, the last
-stdout line is one JSON object. Run: ``nice -n 10 python bench/learner_memory.py`` (about 14 minutes;
+stdout line is one JSON object. Run: ``nice -n 10 python -m bench.learner_memory`` (about 14 minutes;
 needs about 16 GiB free for the 1.5B copy mode; ``--sizes 0.1B,0.5B`` for a lighter run).
 
 ``--step-peaks`` measures instead what one learner step adds at Qwen2.5-7B's true widths (hidden 3584,
@@ -49,10 +49,8 @@ from pathlib import Path
 import psutil
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.append(str(Path(__file__).resolve().parent))  # after the project root: bench/evolution.py must not shadow the package
 
-from qwen25_7b import WIDTHS as WIDTHS_7B  # noqa: E402
+from bench.qwen25_7b import WIDTHS as WIDTHS_7B
 
 MIB = 1 << 20
 SIZES = {

@@ -22,7 +22,7 @@ tensor leaves the resident set at once and RSS follows live tensors; what remain
 The last stdout line is one JSON object: per configuration the predicted and measured bytes and the relative
 error, ``max_rel_error`` and ``within_goal`` (:func:`judge`: within 15%, never under a measured peak, and only
 the configurations the plan says do not fit may run out of memory).
-Run: ``nice -n 10 python bench/memory_plan.py`` (CPU: ~8 configurations of a few tens of seconds each, under
+Run: ``nice -n 10 python -m bench.memory_plan`` (CPU: ~8 configurations of a few tens of seconds each, under
 5 GB each); ``--device cuda --layers 28`` runs the full 7B-shaped learner on one GPU (bfloat16 base).
 """
 
@@ -36,11 +36,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "bench"))  # after the project root: bench/evolution.py must not shadow the package
 
-import qwen25_7b  # noqa: E402
-from planning.memory_plan import LearnerShape, ModelDims, lora_params, step_peak_bytes  # noqa: E402
+from bench import qwen25_7b
+from planning.memory_plan import LearnerShape, ModelDims, lora_params, step_peak_bytes
 
 RANK, ALPHA = 64, 128.0
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -174,7 +172,7 @@ def main() -> None:
         predicted = predict(args.layers, args.slots, conf["tokens"], conf["checkpointing"], conf["chunk"], dtype_bytes,
                             args.device)
         log(f"[{name}] running")
-        proc = subprocess.run([sys.executable, __file__, "--one", json.dumps(spec)], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "bench.memory_plan", "--one", json.dumps(spec)], capture_output=True, text=True,
                               env=env, cwd=ROOT)
         if proc.returncode != 0:
             log(proc.stderr[-2000:])

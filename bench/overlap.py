@@ -24,7 +24,7 @@
      ``overlap_vs_serial_run``.
    The two runs sample different rollouts after step 1 (one update behind), so their workloads differ a
    little: ``trained_tokens`` of each window is printed beside its seconds.
-4. Plan the same with ``planning.time_plan`` (the constants ``bench/calibrate.py`` measured on this machine first,
+4. Plan the same with ``planning.time_plan`` (the constants ``planning/calibrate.py`` measured on this machine first,
    in a child process with the runs' settings, before either run: ``--constants FILE`` uses a file measured
    earlier, ``--calibrate-options "..."`` shrinks it; the lengths the serial run recorded; the learners sharing
    one core when pinned) and its overlap formula ``max(G, T) + f min(G, T) + R``:
@@ -38,7 +38,7 @@ measured seconds per phase are printed for both runs (``plan_vs_measured_serial`
 the overlapped run's phases, each measured where it ran, beside the same plan). The last stdout line is one JSON
 object, with the calibration's constants under ``calibration``.
 
-    flock /tmp/heavy.lock python bench/overlap.py [--steps 12] [--no-pin] [--keep DIR] [--constants FILE]
+    flock /tmp/heavy.lock python -m bench.overlap [--steps 12] [--no-pin] [--keep DIR] [--constants FILE]
         [--calibrate-options "..."] [dotted.key=value ...]
 """
 
@@ -57,16 +57,15 @@ from typing import Any
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from bench.calibrate import calibrated  # noqa: E402
-from bench.time_plan import compare, fold, render_comparison  # noqa: E402
-from configs import PRESETS_DIR, load_config  # noqa: E402
-from planning.memory_plan import load_model_dims  # noqa: E402
-from planning.time_plan import (  # noqa: E402
+from planning.calibrate import calibrated
+from bench.time_plan import compare, fold, render_comparison
+from configs import PRESETS_DIR, load_config
+from planning.memory_plan import load_model_dims
+from planning.time_plan import (
     GENERATION_PHASES, Cluster, Layout, Overlap, drained_steps, lengths_from_run, measured_phase_seconds, plan_time,
 )
-from reporting.run_dir import RunDirectory  # noqa: E402
+from reporting.run_dir import RunDirectory
 
 GOAL_SHARE = 0.7
 THREADS = {"POPULORA_INFERENCE_THREADS": "1", "POPULORA_LEARNER_THREADS": "1"}
@@ -183,7 +182,7 @@ def main() -> None:
     parser.add_argument("--from-runs", type=Path, help="measure the runs a --keep DIR holds instead of running them "
                         "(give the same --steps, pinning and settings)")
     parser.add_argument("--constants", type=Path, help="plan with this constants file instead of calibrating now")
-    parser.add_argument("--calibrate-options", help='options of bench/calibrate.py, e.g. "--repeats 1 --rows 8"')
+    parser.add_argument("--calibrate-options", help='options of planning/calibrate.py, e.g. "--repeats 1 --rows 8"')
     parser.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="settings of both runs")
     args = parser.parse_args()
     if args.steps < 4:

@@ -10,8 +10,8 @@ configuration, so they do the same kind of work, though not the same tokens (dif
 
 Run with an interpreter where vLLM imports (docs/inference.md, `bash install.sh cpu-vllm`):
 
-    OMP_NUM_THREADS=1 python bench/system_backends.py                      # 20 steps each
-    python bench/system_backends.py --steps 5 --override model.tiny_variant=test
+    OMP_NUM_THREADS=1 python -m bench.system_backends                      # 20 steps each
+    python -m bench.system_backends --steps 5 --override model.tiny_variant=test
 
 The last stdout line is one JSON object: per backend ``steps_seconds`` (the N-step time), ``wall_seconds``,
 ``median_step_seconds``, ``inference_seconds`` (propose + solve: the phases that generate) and, per pair,
@@ -31,9 +31,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from reporting.run_dir import RunDirectory  # noqa: E402
+from reporting.run_dir import RunDirectory
 
 GENERATING_PHASES = ("propose", "solve")
 

@@ -1,6 +1,6 @@
 """Check the time plan against a real run: calibrate this CPU, plan the tiny default, run it, compare phase by phase.
 
-0. Calibrate (``bench/calibrate.py``, in a child process, its own measurements before the run; ``--constants
+0. Calibrate (``planning/calibrate.py``, in a child process, its own measurements before the run; ``--constants
    FILE`` uses a file measured earlier instead, ``--calibrate-options "--repeats 1 ..."`` shrinks it).
 1. Run the embedded default (``configs/tiny.yaml``, the real system on a local Ray cluster) for ``--steps``
    steps into a temporary run directory (``launch.py --run-dir``).
@@ -14,7 +14,7 @@ Goal: the step within 1.25x either way, every phase longer than 0.5 s within 1.5
 one JSON object: ``calibration`` (the file, its provenance and constants), ``phases`` (measured, planned, ratio),
 ``plan_vs_measured_step``, ``within_goal``.
 
-    nice -n 10 python bench/time_plan.py [--steps 10] [--keep DIR] [--constants FILE | --calibrate-options "..."]
+    nice -n 10 python -m bench.time_plan [--steps 10] [--keep DIR] [--constants FILE | --calibrate-options "..."]
 """
 
 from __future__ import annotations
@@ -28,13 +28,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from configs import PRESETS_DIR, load_config  # noqa: E402
-from bench.calibrate import calibrated  # noqa: E402
-from planning.memory_plan import load_model_dims  # noqa: E402
-from planning.time_plan import Cluster, Layout, lengths_from_run, measured_phase_seconds, plan_time  # noqa: E402
-from reporting.run_dir import RunDirectory  # noqa: E402
+from configs import PRESETS_DIR, load_config
+from planning.calibrate import calibrated
+from planning.memory_plan import load_model_dims
+from planning.time_plan import Cluster, Layout, lengths_from_run, measured_phase_seconds, plan_time
+from reporting.run_dir import RunDirectory
 
 STEP_GOAL, PHASE_GOAL, PHASE_FLOOR_S = 1.25, 1.5, 0.5
 MEASURED_AS = {"match": "league", "record": "league"}  # recorded phase -> the plan's phase
@@ -84,7 +83,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--keep", type=Path, help="run directory to keep (default: a temporary one)")
     parser.add_argument("--constants", type=Path, help="plan with this constants file instead of calibrating now")
-    parser.add_argument("--calibrate-options", help='options of bench/calibrate.py, e.g. "--repeats 1 --rows 8"')
+    parser.add_argument("--calibrate-options", help='options of planning/calibrate.py, e.g. "--repeats 1 --rows 8"')
     args = parser.parse_args()
     config = load_config(PRESETS_DIR / "tiny.yaml")
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,11 +1,11 @@
 """Quality and build time of the embedded tiny code model, measured through the project's own code.
 
-    python bench/tiny_coder.py                      # the default variant (built first if not cached)
-    python bench/tiny_coder.py --variant test --proposals 30
-    python bench/tiny_coder.py --fresh              # build into a temporary cache and time the build
-    python bench/tiny_coder.py --fresh --cache-dir D  # ... into D, and keep it
-    python bench/tiny_coder.py --step-timing        # only: seconds per training step, float32 vs now, side by side
-    python bench/tiny_coder.py --check-shipped --variant test   # rebuild into a temporary cache, compare with the shipped one
+    python -m bench.tiny_coder                      # the default variant (built first if not cached)
+    python -m bench.tiny_coder --variant test --proposals 30
+    python -m bench.tiny_coder --fresh              # build into a temporary cache and time the build
+    python -m bench.tiny_coder --fresh --cache-dir D  # ... into D, and keep it
+    python -m bench.tiny_coder --step-timing        # only: seconds per training step, float32 vs now, side by side
+    python -m bench.tiny_coder --check-shipped --variant test   # rebuild into a temporary cache, compare with the shipped one
 
 Teachers: fresh proposals for code_o / code_i (K references from a buffer that starts with the
 identity seed and grows with the valid proposals, as in a run) and code_f (inputs + message for
@@ -51,22 +51,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from inference import GenerationRequest, make_engine  # noqa: E402
-from configs.loading import load_config  # noqa: E402
-from tinycoder import BUILD_ENV, ensure_model, model_dir  # noqa: E402
-from tinycoder.build import TYPICAL_EXAMPLE, VARIANTS, variant_settings  # noqa: E402
-from tinycoder.cache import MANIFEST  # noqa: E402
-from tinycoder.model import stand_in_model  # noqa: E402
-from tinycoder.train import cpu_threads, measure_step_seconds  # noqa: E402
-from verifier import Task, identity_task, parse_proposal, student_prompt, teacher_prompt  # noqa: E402
-from verifier.families import judge_answers, validate_proposals  # noqa: E402
-from verifier.metrics import structure_hash  # noqa: E402
-from verifier.sandbox import Verifier  # noqa: E402
+from inference import GenerationRequest, make_engine
+from configs.loading import load_config
+from tinycoder import BUILD_ENV, ensure_model, model_dir
+from tinycoder.build import TYPICAL_EXAMPLE, VARIANTS, variant_settings
+from tinycoder.cache import MANIFEST
+from tinycoder.model import stand_in_model
+from tinycoder.train import cpu_threads, measure_step_seconds
+from verifier import Task, identity_task, parse_proposal, student_prompt, teacher_prompt
+from verifier.families import judge_answers, validate_proposals
+from verifier.metrics import structure_hash
+from verifier.sandbox import Verifier
 
 
 def log(message: str) -> None:
@@ -204,8 +203,8 @@ def step_timing(variant: str, rounds: int) -> dict[str, object]:
     runs: dict[str, list[float]] = {}
     for r in range(rounds):
         for omp, env in envs.items():
-            out = subprocess.run([sys.executable, __file__, "--variant", variant, "--step-timing-child", "2"], env=env,
-                                 stdout=subprocess.PIPE, text=True, check=True).stdout.strip().splitlines()[-1]
+            out = subprocess.run([sys.executable, "-m", "bench.tiny_coder", "--variant", variant, "--step-timing-child", "2"],
+                                 env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True).stdout.strip().splitlines()[-1]
             for setting, seconds in json.loads(out).items():
                 runs.setdefault(f"{setting}+{omp}", []).append(seconds)
             log(f"step timing round {r + 1}/{rounds} {omp}: {out}")

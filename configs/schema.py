@@ -448,7 +448,7 @@ class PlanConfig(Section):
     )
     constants_file: str | None = Field(
         None, min_length=1,
-        description="A node's measured constants (python bench/calibrate.py --out node.yaml; launch.py --constants): "
+        description="A node's measured constants (python -m planning.calibrate --out node.yaml; launch.py --constants): "
         "those that describe this plan's device kind, model, engine and versions are used, the others ignored with "
         "why; plan.constants still win.",
     )

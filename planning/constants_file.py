@@ -1,4 +1,4 @@
-"""A node's measured time constants (``bench/calibrate.py --out node.yaml``): read, checked, applied (pure).
+"""A node's measured time constants (``planning/calibrate.py --out node.yaml``): read, checked, applied (pure).
 
 The file is YAML::
 
@@ -10,7 +10,7 @@ The file is YAML::
       versions: {torch: 2.9.0, transformers: 4.57.1, vllm: 0.11.0}
       model: {path: /models/Qwen2.5-7B, digest: 1f0c..., dtype: bfloat16}
       date: 2026-11-27T10:00:00+00:00
-      command: python bench/calibrate.py --config configs/qwen2.5-7b-4t4s.yaml --out node.yaml
+      command: python -m planning.calibrate --config configs/qwen2.5-7b-4t4s.yaml --out node.yaml
     constants:                           # plan.constants keys: <kind>.<name>, host.<name>
       H100.train_mfu: 0.41
       host.verifier_tasks_per_core_s: 230.0
@@ -100,7 +100,7 @@ def read_constants_file(path: str | Path) -> NodeConstants:
     path = Path(path)
 
     def bad(why: str) -> ConstantsFileError:
-        return ConstantsFileError(f"constants file {path}: {why} (write it with python bench/calibrate.py --out {path})")
+        return ConstantsFileError(f"constants file {path}: {why} (write it with python -m planning.calibrate --out {path})")
 
     try:
         data = yaml.safe_load(path.read_text())

@@ -13,7 +13,7 @@ costs ``2 N``. N is the base's parameter count. Attention's quadratic term is no
 tokens for a 7B model).
 
 The CPU kind describes this project's test machine running the built-in tiny model: its "peak" is the
-effective rate ``bench/time_constants.py`` measured (so its MFUs are 1 or a measured fraction of it), which
+effective rate ``planning/measurements.py`` measured (so its MFUs are 1 or a measured fraction of it), which
 holds for the tiny default's shapes, not for a 7B model on a CPU.
 """
 
@@ -111,34 +111,34 @@ A100 = DeviceKind(
 CPU = DeviceKind(
     name="cpu",
     memory_gib=24.0,
-    peak_flops=Sourced(1.871e10, "bench/time_constants.py on this project's 2-core test machine, 2026-11-25: training "
+    peak_flops=Sourced(1.871e10, "planning/measurements.py on this project's 2-core test machine, 2026-11-25: training "
                                 "FLOP/s of one tiny-default learner on one thread (effective peak: train_mfu is 1)",
                        measured=True),
-    memory_bandwidth=Sourced(9.94e8, "bench/time_constants.py, same machine: tiny model weight bytes / one-row decode step "
+    memory_bandwidth=Sourced(9.94e8, "planning/measurements.py, same machine: tiny model weight bytes / one-row decode step "
                                     "of the transformers engine (effective: a step's fixed cost)", measured=True),
     train_mfu=Sourced(1.0, "by definition of the CPU kind's effective peak", measured=True),
-    prefill_mfu=Sourced(1.41, "bench/time_constants.py, same machine: prefill FLOP/s / the effective peak", measured=True),
-    decode_mfu=Sourced(0.594, "bench/time_constants.py, same machine: decode FLOP/s per added row / the effective peak",
+    prefill_mfu=Sourced(1.41, "planning/measurements.py, same machine: prefill FLOP/s / the effective peak", measured=True),
+    decode_mfu=Sourced(0.594, "planning/measurements.py, same machine: decode FLOP/s per added row / the effective peak",
                        measured=True),
-    lora_decode_overhead=Sourced(0.0, "bench/time_constants.py measures with the adapters on (already in decode_mfu)",
+    lora_decode_overhead=Sourced(0.0, "planning/measurements.py measures with the adapters on (already in decode_mfu)",
                                  measured=True),
 )
 DEVICE_KINDS: dict[str, DeviceKind] = {k.name: k for k in (H100, H200, A100, CPU)}
 
 HOST = HostConstants(
-    verifier_tasks_per_core_s=Sourced(205.0, "bench/verifier.py on the 2-core test machine, 2026-11: ~410 tasks/s on two "
+    verifier_tasks_per_core_s=Sourced(205.0, "bench/sandbox.py on the 2-core test machine, 2026-11: ~410 tasks/s on two "
                                              "cores, each task run twice (docs/verifier.md)", measured=True),
     adapter_load_bandwidth=Sourced(4.0e8, "bench/adapter_transport.py on the 2-core test machine (docs/system.md): eight "
                                           "7B-shaped rank-64 versions of 2 layers (184.6 MB) to 2 replicas in 0.92 s; "
                                           "replicas load in parallel on a node with cores to spare", measured=True),
     adapter_swap_s=Sourced(0.006, "bench/adapter_transport.py (docs/system.md): the tiny default's four members "
                                   "published in 24 ms", measured=True),
-    checkpoint_bandwidth=Sourced(3.62e8, "bench/time_constants.py on the test machine: checkpoint bytes / seconds", measured=True),
-    league_s=Sourced(0.0024, "bench/time_constants.py: the pure league's match + record of a 2+2 step (Ray round trips "
+    checkpoint_bandwidth=Sourced(3.62e8, "planning/measurements.py on the test machine: checkpoint bytes / seconds", measured=True),
+    league_s=Sourced(0.0024, "planning/measurements.py: the pure league's match + record of a 2+2 step (Ray round trips "
                                "not counted)", measured=True),
-    evolution_s_per_mparam=Sourced(0.75 / 161.5, "bench/evolution.py on the H100 host, 2026-11-25: slowest operator "
+    evolution_s_per_mparam=Sourced(0.75 / 161.5, "bench/operators.py on the H100 host, 2026-11-25: slowest operator "
                                                  "(dare) 0.75 s per 7B rank-64 child (161.5 M parameters)", measured=True),
-    evolution_s_floor=Sourced(0.0147, "bench/time_constants.py on the test machine: the median operator's child of the "
+    evolution_s_floor=Sourced(0.0147, "planning/measurements.py on the test machine: the median operator's child of the "
                                         "tiny default's size", measured=True),
 )
 
@@ -150,7 +150,7 @@ class ConstantsError(ValueError):
 def with_overrides(kinds: dict[str, DeviceKind], host: HostConstants, overrides: dict[str, Any],
                    source: str = "set in the config (plan.constants)") -> tuple[dict[str, DeviceKind], HostConstants]:
     """Apply ``plan.constants`` (``{"H100.train_mfu": 0.3, "host.league_s": 0.1}``): each a measured value of the user,
-    ``source`` where it comes from (a constants file of ``bench/calibrate.py``: ``planning.constants_file``)."""
+    ``source`` where it comes from (a constants file of ``planning/calibrate.py``: ``planning.constants_file``)."""
     kinds = dict(kinds)
     for key, value in overrides.items():
         scope, _, name = key.partition(".")

@@ -39,7 +39,7 @@ after it (``sleep_wake_s``); the transformers engine has no sleep mode and stays
 engine). The generation constants of a GPU kind are vLLM's (cited or measured with vLLM); nobody has measured the
 transformers engine on a GPU, so a transformers engine on a GPU is planned at the kind's rates and the plan says so
 (:attr:`TimePlan.notes`): a lower bound, since a small model's decode steps are bound by per-step overhead (kernel
-launches, Python) that the rates and the weight-read tail do not count. ``bench/calibrate.py`` on the node
+launches, Python) that the rates and the weight-read tail do not count. ``planning/calibrate.py`` on the node
 measures the engine's own (a constants file of the ``hf`` engine replaces them).
 
 **Overlapped steps** (``run.max_staleness: 1``, :class:`Overlap`): the engines generate step t+1 (the
@@ -559,7 +559,7 @@ def _hf_on_gpu_note(kind: DeviceKind) -> tuple[str, bool]:
     return (f"the transformers engine on {kind.name}: generation planned at vLLM's rates ({', '.join(borrowed)} of "
             f"{kind.name}; none is measured for the transformers engine on a GPU) and the weight-read tail at the "
             "memory bandwidth: a lower bound, as a small model's decode steps are bound by per-step overhead (kernel "
-            "launches, Python) these do not count; bench/calibrate.py on the node measures the engine's own"), True
+            "launches, Python) these do not count; planning/calibrate.py on the node measures the engine's own"), True
 
 
 def candidate_layouts(cluster: Cluster, tp: int) -> list[Layout]:

@@ -1,4 +1,4 @@
-"""A multi-seed study of the population against the single agent (``bench/dynamics.py``): the numbers behind
+"""A multi-seed study of the population against the single agent (``studies/dynamics.py``): the numbers behind
 the paper's dynamics claims, from the kept runs' ``metrics.jsonl`` rows. Pure maths (numpy; no Ray, no plots).
 
 **The seed is the unit.** The steps of one run are autocorrelated (a run drifts), so no statistic here counts

@@ -1,4 +1,4 @@
-"""The figure of a multi-seed study (``bench/dynamics.py``), laid out like the paper's: the complexity of the
+"""The figure of a multi-seed study (``studies/dynamics.py``), laid out like the paper's: the complexity of the
 programs the teachers wrote, the solve and valid rates, the teacher reward and coverage over training, the
 population and the single agent overlaid, each as the mean of its seeds' smoothed series inside the 95 % band
 across seeds (``reporting.study.seed_band``)."""

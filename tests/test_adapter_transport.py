@@ -45,7 +45,7 @@ def system():
     engine = plan.by_role("inference")[0]
     plan = replace(plan, actors=[replace(engine, name=f"inference-{i}") for i in range(REPLICAS)]
                    + [a for a in plan.actors if a.role != "inference"])
-    ray.init(num_cpus=4, namespace=NAMESPACE, include_dashboard=False)
+    ray.init(address="local", num_cpus=4, namespace=NAMESPACE, include_dashboard=False)
     try:
         running = System.start(config, plan, str(model))
         yield running

@@ -1,4 +1,4 @@
-"""bench/calibrate.py measures a node's constants into a file; the dry run plans with those that describe it."""
+"""planning/calibrate.py measures a node's constants into a file; the dry run plans with those that describe it."""
 
 from __future__ import annotations
 
@@ -29,13 +29,13 @@ def run(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
 
 def test_calibrate_measures_the_tiny_model_and_the_dry_run_plans_with_it(tmp_path):
     out = tmp_path / "node.yaml"
-    done = run("bench/calibrate.py", "--out", str(out), *SHRUNK, "model.tiny_variant=test")
+    done = run("-m", "planning.calibrate", "--out", str(out), *SHRUNK, "model.tiny_variant=test")
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     node = read_constants_file(out)
     assert node.provenance["kind"] == "cpu" and node.provenance["engine"] == "hf"
     assert node.provenance["versions"]["torch"] == installed_versions()["torch"]
-    assert "bench/calibrate.py" in node.provenance["command"] and node.provenance["model"]["path"] == "tiny"
+    assert "planning.calibrate" in node.provenance["command"] and node.provenance["model"]["path"] == "tiny"
     expected = {f"cpu.{n}" for n in ("peak_flops", "train_mfu", "memory_bandwidth", "decode_mfu", "prefill_mfu",
                                      "lora_decode_overhead")}
     expected |= {f"host.{n}" for n in ("verifier_tasks_per_core_s", "adapter_load_bandwidth", "adapter_swap_s",
@@ -59,8 +59,7 @@ def test_calibrate_measures_the_tiny_model_and_the_dry_run_plans_with_it(tmp_pat
 
 def seven_b(tmp_path: Path):
     """The 7B preset over a config.json of Qwen2.5-7B's shape (no weights: the plan reads only the widths)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import qwen25_7b
+    from bench import qwen25_7b
 
     model = tmp_path / "model"
     model.mkdir()
@@ -72,7 +71,7 @@ def seven_b(tmp_path: Path):
 def provenance(kind: str, digest: str, engine: str = "vllm", **versions: str | None) -> dict:
     return {"device": f"NVIDIA {kind}", "kind": kind, "engine": engine,
             "versions": {**installed_versions(), **versions}, "model": {"path": "/models/m", "digest": digest},
-            "date": "2026-11-27T00:00:00+00:00", "command": "python bench/calibrate.py --out node.yaml"}
+            "date": "2026-11-27T00:00:00+00:00", "command": "python -m planning.calibrate --out node.yaml"}
 
 
 def test_constants_of_another_model_kind_or_version_are_ignored_with_why(tmp_path):

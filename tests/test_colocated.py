@@ -7,7 +7,6 @@ engines' sleep mode off on CPU (said so) is checked in tests/test_engines.py, on
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,7 @@ from planning.placement import ClusterView, plan_placement
 from planning.run_plan import plan_run
 from planning.time_plan import COLOCATED_NOT_RUN, cluster_of, config_layout
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))
-import qwen25_7b  # noqa: E402  (Qwen2.5-7B's config.json, the plan's 7B shape)
+from bench import qwen25_7b  # Qwen2.5-7B's config.json, the plan's 7B shape
 
 DIMS = ModelDims.from_config_json(qwen25_7b.CONFIG)
 HOST = HostView(ram_bytes=1024 * GiB, shm_bytes=512 * GiB)
@@ -154,12 +152,9 @@ def test_the_time_plan_plans_the_colocated_layout_but_does_not_recommend_it_yet(
 def test_plan_holds_against_what_a_released_learner_keeps(run):
     """The H200 measurements of ``bench/colocated_memory.py``: what stays reserved after a learner's release is never
     over the plan's generating-row learner part, and the plan within 15% of it."""
-    import importlib.util
+    from bench.colocated_memory import planned as bench_planned
 
-    spec = importlib.util.spec_from_file_location("bench_colocated_memory", ROOT / "bench" / "colocated_memory.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    planned = bench.planned(run["layers"], run["slots"], run["tokens"])["planned"]
+    planned = bench_planned(run["layers"], run["slots"], run["tokens"])["planned"]
     assert run["reserved"] <= planned <= 1.15 * run["reserved"], planned / run["reserved"]
 
 
@@ -171,7 +166,7 @@ def test_vllm_sleep_frees_the_gpu_and_wakes_with_its_adapters(tiny_qwen2, tmp_pa
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    pytest.importorskip("vllm", reason="needs vLLM (bench/gpu_check.py's machine has none)")
+    pytest.importorskip("vllm", reason="needs vLLM (gpu_check/check.py's machine has none)")
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -209,7 +204,7 @@ def logical_gpus():
 
     from actors.cluster import NAMESPACE
 
-    ray.init(num_cpus=4, num_gpus=2, namespace=NAMESPACE, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=4, num_gpus=2, namespace=NAMESPACE, include_dashboard=False, logging_level="WARNING")
     yield
     ray.shutdown()
 

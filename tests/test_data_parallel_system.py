@@ -44,7 +44,7 @@ WEIGHT_TOL = dict(atol=LR / 50, rtol=0.0)
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(num_cpus=max(4, os.cpu_count() or 1), namespace=NAMESPACE, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=max(4, os.cpu_count() or 1), namespace=NAMESPACE, include_dashboard=False, logging_level="WARNING")
     yield
     ray.shutdown()
 

@@ -1,4 +1,4 @@
-"""`bench/dynamics.py` as a smoke run (3 steps, one seed, the tiny test model), then what a kept study folder does
+"""`studies/dynamics.py` as a smoke run (3 steps, one seed, the tiny test model), then what a kept study folder does
 on a rerun: finished runs are reused, runs of another study are refused, failed runs are never averaged in."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ CLAIMS = {"population_minus_single_complexity_slope", "single_complexity_down", 
 
 
 def bench(folder: Path, *args: str, overrides: list[str] = OVERRIDES) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "bench/dynamics.py", "--steps", "3", "--seeds", "1", "--probes", "3", "--samples", "1",
+    cmd = [sys.executable, "-m", "studies.dynamics", "--steps", "3", "--seeds", "1", "--probes", "3", "--samples", "1",
            "--keep", str(folder), *args, *overrides]
     return subprocess.run(cmd, cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=600)
 

@@ -1,17 +1,16 @@
-"""``bench/gpu_check.py``'s ``system`` part (``bench/gpu_system.py``) on CPU, in the stand-in mode: Ray hands the
+"""``gpu_check/check.py``'s ``system`` part (``gpu_check/system.py``) on CPU, in the stand-in mode: Ray hands the
 one-GPU colocated layout a logical GPU and the actors run their CPU path.
 
 In CI: the reference part (a) and the phase table (d) end to end on the tiny test model (the actors report their
 devices from inside their processes; the learners map one base file; the engine gets new adapter versions every
 step), the refusals (Ray blocked in gpu_check's process: the part is not run, one line names it and
-bench/pack_gpu_deps.sh; a GPU too small: the memory plan's verdict naming the GPU and the bytes short, nothing
+gpu_check/pack_deps.sh; a GPU too small: the memory plan's verdict naming the GPU and the bytes short, nothing
 started), and the judging pieces on made-up reports. The whole part with the kill (b) and the resume (c) takes 2 to 5
 minutes on two cores (five systems started): ``POPULORA_GPU_SYSTEM_FULL=1`` runs it here too.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -23,13 +22,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ["tasks.tasks_per_teacher=3", "tasks.rollouts_k=2", "inference.max_tokens=96", "evolution.enabled=false",
          "verifier.actors=1"]
-
-
-def bench(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def last_json(text: str) -> dict:
@@ -50,7 +42,7 @@ def test_the_reference_part_runs_through_ray_and_reads_devices_inside_the_actors
     from tinycoder import ensure_model
 
     ensure_model("test", progress=False)
-    done, pid = run_script("bench/gpu_system.py", "--standin", "--parts", "a,d", "--steps", "3",
+    done, pid = run_script("-m", "gpu_check.system", "--standin", "--parts", "a,d", "--steps", "3",
                            "--checkpoint-every", "3", *SHORT)
     assert done.returncode == 0, done.stderr[-3000:]
     result = last_json(done.stdout)
@@ -80,7 +72,7 @@ def test_the_reference_part_runs_through_ray_and_reads_devices_inside_the_actors
 @pytest.mark.skipif(not os.environ.get("POPULORA_GPU_SYSTEM_FULL"), reason="2 to 5 minutes on two cores (five "
                     "systems started); POPULORA_GPU_SYSTEM_FULL=1 runs it")
 def test_the_whole_system_part_on_the_standin_gpu():
-    done, _ = run_script("bench/gpu_system.py", "--standin", *SHORT, timeout=1200)
+    done, _ = run_script("-m", "gpu_check.system", "--standin", *SHORT, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     result = last_json(done.stdout)
     assert result["passed"] and all(result["checks"].values()), result["checks"]
@@ -92,23 +84,23 @@ def test_the_whole_system_part_on_the_standin_gpu():
 
 def test_without_ray_the_part_is_not_run_and_names_the_script_that_provides_it(tmp_path):
     blocked = ("import runpy, sys; sys.modules['ray'] = None; sys.argv = sys.argv[1:]; "
-               "runpy.run_path(sys.argv[0], run_name='__main__')")
-    done, _ = run_script("-c", blocked, "bench/gpu_check.py", "--parts", "system", "--standin",
+               "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)")
+    done, _ = run_script("-c", blocked, "gpu_check", "--parts", "system", "--standin",
                          "--out", str(tmp_path / "gpu_check.json"), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     report = last_json(done.stdout)
     part = report["parts"]["system"]
     assert part["status"] == "not_run" and "passed" not in part and report["ok"] is False
-    assert "needs ray," in part["reason"] and "bench/pack_gpu_deps.sh" in part["reason"]
+    assert "needs ray," in part["reason"] and "gpu_check/pack_deps.sh" in part["reason"]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "ray" in lines[0] and "bench/pack_gpu_deps.sh" in lines[0], done.stderr
+    assert len(lines) == 1 and "ray" in lines[0] and "gpu_check/pack_deps.sh" in lines[0], done.stderr
     assert json.loads((tmp_path / "gpu_check.json").read_text()) == report
 
 
 def test_a_gpu_too_small_is_the_memory_plans_verdict_before_anything_starts(tiny_qwen2, monkeypatch, capsys):
     import ray
 
-    gpu_system, gpu_check = bench("gpu_system"), bench("gpu_check")
+    from gpu_check import check as gpu_check, system as gpu_system
     for name in ("POPULORA_GPU_STANDIN", "POPULORA_DETERMINISTIC", "CUBLAS_WORKSPACE_CONFIG", "POPULORA_LOG_DIR"):
         monkeypatch.setenv(name, os.environ.get(name, ""))  # restored after the test: main sets them
     code = gpu_system.main(["--standin", "--model-dir", str(tiny_qwen2), "--gpu-memory-gib", "0.05"])
@@ -125,7 +117,7 @@ def test_a_gpu_too_small_is_the_memory_plans_verdict_before_anything_starts(tiny
 
 
 def test_the_judges_fail_what_they_should(tmp_path):
-    gpu_system, gpu_check = bench("gpu_system"), bench("gpu_check")
+    from gpu_check import check as gpu_check, system as gpu_system
     import torch
     from safetensors.torch import save
 

@@ -3,7 +3,9 @@
 The table there numbers each top-level package (layer 0 lowest); a package imports only packages on lower
 layers. ``check_layers`` walks every ``.py`` file with ``ast`` (imports inside functions included) and
 reports an import against that order, a ``ray`` or ``actors`` import outside ``actors/``, ``launch.py``,
-``bench/`` and ``tests/``, a top-level package the table does not name, and any cycle between packages.
+``bench/``, ``studies/``, ``gpu_check/`` and ``tests/``, a top-level package the table does not name, and any cycle
+between packages; and that nothing edits ``sys.path`` to import (every script runs as a module, ``python -m
+bench.<name>``) and no module is named like a top-level package (a script's folder first on the path would shadow it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RAY_ALLOWED = frozenset({"actors", "launch", "bench", "tests"})
+RAY_ALLOWED = frozenset({"actors", "launch", "bench", "studies", "gpu_check", "tests"})
+SYS_PATH_ALLOWED = {"verifier/forkserver.py"}  # the sandbox sets its children's path itself
 ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*`([A-Za-z_][\w]*)(?:/|\.py)`")
 SKIPPED_DIRS = {"__pycache__", "runs", "build", "dist"}
 
@@ -99,6 +102,41 @@ def check_layers(root: Path, layers: dict[str, int]) -> list[str]:
     for cycle in cycles(graph):
         problems.append(f"import cycle between packages: {' -> '.join(cycle)}")
     return problems
+
+
+def path_problems(root: Path) -> list[str]:
+    """Edits of ``sys.path`` (``insert``, ``append``, slice assignment) outside :data:`SYS_PATH_ALLOWED`, and modules
+    of a package named like a top-level package of ``root``."""
+    units = top_level_units(root)
+    problems = []
+    for unit, files in units.items():
+        for path in files:
+            rel = str(path.relative_to(root))
+            if rel not in SYS_PATH_ALLOWED:
+                for node in ast.walk(ast.parse(path.read_text(), rel)):
+                    target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr in ("insert", "append", "extend") else None
+                    if isinstance(target, ast.Attribute) and target.attr == "path" and \
+                            isinstance(target.value, ast.Name) and target.value.id == "sys":
+                        problems.append(f"{rel}:{node.lineno}: edits sys.path (run the script as a module instead)")
+            if path.parent != root and path.stem in units and path.stem != unit:
+                problems.append(f"{rel}: named like the package {path.stem}/")
+    return problems
+
+
+def test_nothing_edits_the_import_path_and_no_module_shadows_a_package(tmp_path):
+    assert path_problems(ROOT) == []
+    _write(tmp_path, {"evolution/__init__.py": "", "bench/evolution.py": "import sys\nsys.path.insert(0, '..')\n"})
+    assert path_problems(tmp_path) == ["bench/evolution.py:2: edits sys.path (run the script as a module instead)",
+                                       "bench/evolution.py: named like the package evolution/"]
+
+
+def test_no_package_holds_more_than_15_percent_of_the_code():
+    """docs/system.md's map: no top-level package over 15% of the Python lines outside ``tests/``."""
+    units = {u: sum(len(f.read_text().splitlines()) for f in files) for u, files in top_level_units(ROOT).items()
+             if u != "tests"}
+    total = sum(units.values())
+    assert not {u: round(n / total, 3) for u, n in units.items() if n > 0.15 * total}
 
 
 def test_the_project_keeps_the_layer_order_of_the_readme():

@@ -226,9 +226,9 @@ def test_gpu_check_without_cuda_records_every_part_and_writes_one_json(tmp_path)
     import torch
 
     if torch.cuda.is_available():
-        pytest.skip("this checks the CPU-side behaviour; on a GPU machine run bench/gpu_check.py itself")
+        pytest.skip("this checks the CPU-side behaviour; on a GPU machine run python -m gpu_check itself")
     out = tmp_path / "gpu_check.json"
-    proc = subprocess.run([sys.executable, "bench/gpu_check.py", "--out", str(out)], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "gpu_check", "--out", str(out)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -239,8 +239,7 @@ def test_gpu_check_without_cuda_records_every_part_and_writes_one_json(tmp_path)
 
 
 def test_gpu_check_sorts_ray_collection_errors_from_failures(tmp_path):
-    sys.path.insert(0, str(ROOT / "bench"))
-    from gpu_check import junit_summary
+    from gpu_check.check import junit_summary
 
     xml = tmp_path / "r.xml"
     xml.write_text(
@@ -259,8 +258,7 @@ def test_gpu_check_a_part_that_times_out_keeps_both_tails_and_leaves_no_process(
     stderr), and the part's whole process group is ended, a grandchild it started included."""
     import time
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    from gpu_check import run
+    from gpu_check.check import run
 
     pid_file = tmp_path / "grandchild.pid"
     script = ("import subprocess, sys, time; child = subprocess.Popen(['sleep', '300']); "
@@ -277,13 +275,10 @@ def test_gpu_check_a_part_that_times_out_keeps_both_tails_and_leaves_no_process(
 
 
 def _bench_memory_plan():
-    """``bench/memory_plan.py`` as a module: its ``predict`` and ``judge`` are what the bench reports."""
-    import importlib.util
+    """``bench.memory_plan``: its ``predict`` and ``judge`` are what the bench reports."""
+    import bench.memory_plan
 
-    spec = importlib.util.spec_from_file_location("bench_memory_plan", ROOT / "bench" / "memory_plan.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench.memory_plan
 
 
 @pytest.mark.parametrize("run", json.loads((ROOT / "tests" / "fixtures" / "memory_measured.json").read_text())["runs"],
@@ -324,8 +319,7 @@ def test_plan_holds_for_the_measured_7b_learner_step():
     resident base and adapter state plus the plan's one-micro-batch step, within 15% and not under."""
     from planning.memory_plan import step_peak_bytes
 
-    sys.path.append(str(ROOT / "bench"))
-    import qwen25_7b
+    from bench import qwen25_7b
 
     m = json.loads((ROOT / "tests" / "fixtures" / "memory_measured.json").read_text())["learner_step"]
     dims = ModelDims.from_config_json(qwen25_7b.config_json(m["layers"]))
@@ -342,8 +336,7 @@ def test_plan_holds_for_the_measured_7b_learner_step():
 def test_gpu_check_judges_each_part_by_its_goal():
     """Exit codes are not enough: a part passes when its numbers meet the goal. Fed the first H100 run's own
     results (the learner's ratio 1.097; evolution's slowest child 0.75 s) and cases just past each goal."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    from gpu_check import judge
+    from gpu_check.check import judge
 
     ok = {"status": "ok"}
     assert judge("learner", {**ok, "result": {"mixed8_vs_single_ratio": 1.097}})["passed"]
@@ -362,7 +355,7 @@ def test_gpu_check_judges_each_part_by_its_goal():
 def test_gpu_check_names_what_the_machine_lacks(tmp_path):
     """Without pydantic or trueskill (the GPU machine has neither) the check stops at once, saying what to install."""
     blocked = ("import sys, runpy; sys.modules['pydantic'] = None; sys.modules['trueskill'] = None; "
-               "sys.argv = ['bench/gpu_check.py', '--out', sys.argv[1]]; runpy.run_path('bench/gpu_check.py', run_name='__main__')")
+               "sys.argv = ['gpu_check', '--out', sys.argv[1]]; runpy.run_module('gpu_check', run_name='__main__', alter_sys=True)")
     proc = subprocess.run([sys.executable, "-c", blocked, str(tmp_path / "g.json")], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2

@@ -60,7 +60,7 @@ def ray_session():
     from tinycoder import ensure_model
 
     ensure_model("test", progress=False)
-    ray.init(num_cpus=max(6, os.cpu_count() or 1), namespace=NAMESPACE, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=max(6, os.cpu_count() or 1), namespace=NAMESPACE, include_dashboard=False, logging_level="WARNING")
     yield
     ray.shutdown()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -142,8 +141,7 @@ def test_the_dry_run_plans_the_one_gpu_layout_and_refuses_a_gpu_too_small(launch
 
 
 def test_the_7b_preset_with_the_transformers_engine_does_not_fit_one_gpu(tmp_path):
-    sys.path.append(str(ROOT / "bench"))
-    import qwen25_7b
+    from bench import qwen25_7b
 
     (tmp_path / "config.json").write_text(json.dumps(qwen25_7b.CONFIG))
     config = load_config(PRESETS_DIR / "qwen2.5-7b-4t4s.yaml", [

@@ -48,7 +48,7 @@ def ray_session():
     from tinycoder import ensure_model
 
     ensure_model("test", progress=False)
-    ray.init(num_cpus=max(4, os.cpu_count() or 1), namespace=NAMESPACE, include_dashboard=False,
+    ray.init(address="local", num_cpus=max(4, os.cpu_count() or 1), namespace=NAMESPACE, include_dashboard=False,
              logging_level="WARNING")
     yield
     ray.shutdown()

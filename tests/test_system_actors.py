@@ -45,7 +45,7 @@ def test_verifiers_land_only_on_nodes_with_the_verifier_resource():
 
 
 def test_verifiers_fall_back_to_the_head_without_the_resource_and_are_named():
-    ray.init(num_cpus=2, namespace=NAMESPACE, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, namespace=NAMESPACE, include_dashboard=False)
     try:
         config = load_config(None, ["verifier.actors=2"])
         actors = start_verifiers(config, plan_placement(config))
@@ -57,7 +57,7 @@ def test_verifiers_fall_back_to_the_head_without_the_resource_and_are_named():
 
 
 def test_a_verifier_killed_mid_batch_loses_no_task():
-    ray.init(num_cpus=2, namespace=NAMESPACE, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, namespace=NAMESPACE, include_dashboard=False)
     try:
         config = load_config(None, ["verifier.actors=2", "verifier.timeout_s=60"])  # a loaded CI box is slow
         actors = start_verifiers(config, plan_placement(config))

@@ -190,11 +190,7 @@ def launch(capsys, monkeypatch):
 @pytest.fixture
 def qwen7b(tmp_path):
     import json
-    import sys
-    from pathlib import Path
-
-    sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))
-    import qwen25_7b
+    from bench import qwen25_7b
 
     (tmp_path / "config.json").write_text(json.dumps(qwen25_7b.CONFIG))
     return ["--config", "configs/qwen2.5-7b-4t4s.yaml", f"model.path={tmp_path}"]

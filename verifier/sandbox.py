@@ -213,7 +213,7 @@ class _ServerPool:
 
     One server per parallel run rather than one server with ``size`` slots: a server that forks again
     while earlier children live pays a copy-on-write fault for every page it then writes (~200 per run,
-    measured), and its bookkeeping between forks is serial. ``bench/verifier.py`` on two idle cores:
+    measured), and its bookkeeping between forks is serial. ``bench/sandbox.py`` on two idle cores:
     365-413 tasks/s with two servers of one slot, 294-307 with one server of two slots.
 
     A request goes to an idle server, or is queued in a server behind its running request (``DEPTH``

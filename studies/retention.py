@@ -1,9 +1,9 @@
 """Capability retention of every evolution operator on the tiny model: how much of its parents' behaviour a
 child keeps, and how many training steps it needs to earn its parent's reward back.
 
-    python bench/retention.py [--variant test] [--parent-steps 8] [--recovery-steps 6] [--probes 40] ...
+    python -m studies.retention [--variant test] [--parent-steps 8] [--recovery-steps 6] [--probes 40] ...
 
-No Ray, one process, the system's own parts (as ``bench/student_rl.py``): a ``MultiLoRAModel`` with one slot
+No Ray, one process, the system's own parts (as ``studies/student_rl.py``): a ``MultiLoRAModel`` with one slot
 per adapter (0: the base, Delta W = 0; 1, 2: the parents; then one child per operator), ``PolicyLearner``
 updates with the run's student rewards and per-task whitened advantages, the HF engine for sampling, the
 verifier for judging.
@@ -17,7 +17,7 @@ verifier for judging.
 2. **Children**: every operator in ``evolution.operators`` at its replacement-policy default strength
    (``evolution.replacement.DEFAULT_OPERATORS``; ``--strengths extrapolate=2.0`` sets others); mutations of
    parent a, crossovers of (a, b).
-3. **Retention** on held-out probe tasks (``bench/learning.py``'s, a seed no training data uses): each
+3. **Retention** on held-out probe tasks (``studies/learning.py``'s, a seed no training data uses): each
    parent answers every probe once; on those sequences (prompt + the parent's answer) the bench takes the
    tempered next-token distributions softmax(z / T) of the parent, the child and the base at every answer
    position and reports KL(parent || child) / KL(parent || base), token-averaged: below 1 the child is
@@ -43,29 +43,28 @@ from pathlib import Path
 from statistics import fmean
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
 
-from inference import make_engine  # noqa: E402
-from inference.requests import GenerationRequest  # noqa: E402
-from rollouts import SolveJob, advantage_group, student_samples  # noqa: E402
-from bench.learning import generator_tasks, probe_tasks  # noqa: E402
-from configs.loading import load_config  # noqa: E402
-from evolution import operators  # noqa: E402
-from evolution.replacement import DEFAULT_OPERATORS, apply_operator  # noqa: E402
-from configs.operators import check_strength  # noqa: E402
-from learners.adapter_optim import AdapterOptimizers  # noqa: E402
-from learners.batching import Sample  # noqa: E402
-from learners.multi_lora import LoRASpec, MultiLoRAModel  # noqa: E402
-from learners.pg_loss import PGConfig  # noqa: E402
-from learners.policy_learner import PolicyLearner, UpdateConfig  # noqa: E402
-from tinycoder import VARIANTS, ensure_model  # noqa: E402
-from verifier import Verifier  # noqa: E402
-from verifier.families import judge_answers  # noqa: E402
-from verifier.prompts import student_prompt  # noqa: E402
+from inference import make_engine
+from inference.requests import GenerationRequest
+from rollouts import SolveJob, advantage_group, student_samples
+from studies.learning import generator_tasks, probe_tasks
+from configs.loading import load_config
+from evolution import operators
+from evolution.replacement import DEFAULT_OPERATORS, apply_operator
+from configs.operators import check_strength
+from learners.adapter_optim import AdapterOptimizers
+from learners.batching import Sample
+from learners.multi_lora import LoRASpec, MultiLoRAModel
+from learners.pg_loss import PGConfig
+from learners.policy_learner import PolicyLearner, UpdateConfig
+from tinycoder import VARIANTS, ensure_model
+from verifier import Verifier
+from verifier.families import judge_answers
+from verifier.prompts import student_prompt
 
 TRAIN_SEEDS = (515_151, 626_262)  # the parents' task streams: neither the corpus, the seed tasks nor the probes use them
 ANCESTOR_SEED = 848_484  # the common ancestor's stream under --shared-steps
@@ -231,13 +230,13 @@ def main() -> None:
     base_factors = bench.model.slot_factors(BASE)
     bench.model.set_slot_factors(BASE, {p: (a, torch.zeros_like(b)) for p, (a, b) in base_factors.items()})
 
-    probes = probe_tasks(bench.model_dir, args.probes, bench.n_inputs, bench.verifier)
+    probes = probe_tasks(bench.model_dir, args.probes, bench.n_inputs, bench.sandbox)
     exclude = {t.program for t in probes}
-    streams = [generator_tasks(bench.verifier, args.tasks * args.parent_steps, bench.n_inputs, seed, exclude, oversample=2)
+    streams = [generator_tasks(bench.sandbox, args.tasks * args.parent_steps, bench.n_inputs, seed, exclude, oversample=2)
                for seed in TRAIN_SEEDS]
-    ancestor = generator_tasks(bench.verifier, args.tasks * args.shared_steps, bench.n_inputs, ANCESTOR_SEED, exclude,
+    ancestor = generator_tasks(bench.sandbox, args.tasks * args.shared_steps, bench.n_inputs, ANCESTOR_SEED, exclude,
                                oversample=2) if args.shared_steps > 0 else []
-    recovery = generator_tasks(bench.verifier, args.tasks * (args.recovery_steps + 1), bench.n_inputs, RECOVERY_SEED, exclude,
+    recovery = generator_tasks(bench.sandbox, args.tasks * (args.recovery_steps + 1), bench.n_inputs, RECOVERY_SEED, exclude,
                                oversample=2)
     log(f"model {bench.model_dir.name}, rank {model_rank}, {len(probes)} probes; parents train {args.parent_steps} steps")
 
@@ -326,7 +325,7 @@ def main() -> None:
             "max_relative_change": round(summaries[name]["max_relative_change"], 4),
             "max_truncation_error": summaries[name]["max_truncation_error"],
         }
-    bench.verifier.close()
+    bench.sandbox.close()
     print(json.dumps({
         "variant": args.variant, "model": bench.model_dir.name, "lora_rank": model_rank,
         "parent_steps": args.parent_steps, "shared_steps": args.shared_steps, "recovery_steps_max": args.recovery_steps, "tasks_per_step": args.tasks,

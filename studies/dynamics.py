@@ -1,8 +1,8 @@
 """The paper's dynamics, measured: the tiny population against the tiny single agent over several seeds.
 
-    python bench/dynamics.py [--steps 150] [--seeds 3] [--keep DIR] [--probes 120] [--samples 4] [key=value ...]
-    python bench/dynamics.py --report-only --keep DIR        # summary and figure of the runs kept in DIR
-    python bench/dynamics.py --steps 3 --seeds 1 --probes 6 --samples 1 model.tiny_variant=test   # smoke run
+    python -m studies.dynamics [--steps 150] [--seeds 3] [--keep DIR] [--probes 120] [--samples 4] [key=value ...]
+    python -m studies.dynamics --report-only --keep DIR        # summary and figure of the runs kept in DIR
+    python -m studies.dynamics --steps 3 --seeds 1 --probes 6 --samples 1 model.tiny_variant=test   # smoke run
 
 Arms: ``--population-config`` (default ``configs/tiny.yaml``, 2 teachers + 2 students) and ``--single-config``
 (default ``configs/tiny-single.yaml``, one adapter proposing and solving), compute-matched per adapter: every
@@ -11,7 +11,7 @@ proposes ``tasks_per_teacher`` tasks and solves them ``rollouts_k`` times, as on
 Seed s runs both arms with ``run.seed=s``; the overrides apply to both, ``--population-override`` to the
 population arm alone (its size, its league and evolution: keys the single agent has no use for).
 
-Runs are kept under ``--keep`` (default ``bench/results/dynamics``): ``population/seed-<s>`` and
+Runs are kept under ``--keep`` (default ``studies/results/dynamics``): ``population/seed-<s>`` and
 ``single/seed-<s>``, each a normal run directory. A finished run is reused, an interrupted one resumed from its
 latest checkpoint (every 25 steps, ``checkpoint_period``), a failed one reported and left out of every mean.
 The folder's ``study.json`` records what its runs ran (configs, overrides, steps, a digest of the training
@@ -19,7 +19,7 @@ code); a folder holding runs of another study is refused with the difference nam
 
 Reports (``reporting.study``; the seed is the unit): per arm and metric the seed-mean trajectory with its 95 % band,
 each seed's OLS slope per 100 steps and their mean with its t interval; the population - single slope difference per
-complexity metric (Welch; the primary claim); held-out probe solve rates of ``bench/learning.py``'s probe set (every
+complexity metric (Welch; the primary claim); held-out probe solve rates of ``studies/learning.py``'s probe set (every
 population student, the weakest per seed, the single agent, the base), paired by task with a bootstrap over tasks and
 seeds; verdicts by one rule each way, and none quoted under 4 seeds an arm. ``reporting.complexity_payoff`` reads
 each run's ``proposals.jsonl``: per window of steps the mean reward and advantage by lines-of-code bin, the slope of
@@ -44,16 +44,13 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from statistics import fmean
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from reporting.run_dir import RunDirectory  # noqa: E402
-from reporting.complexity_payoff import payoff_summary  # noqa: E402
-from reporting.study import COMPLEXITY, study_summary  # noqa: E402
+from reporting.run_dir import RunDirectory
+from reporting.complexity_payoff import payoff_summary
+from reporting.study import COMPLEXITY, study_summary
 
 ARMS = ("population", "single")
 TRAINING_CODE = ("actors", "checkpoints", "configs", "evolution", "inference", "learners", "rollouts", "tinycoder",
@@ -200,7 +197,7 @@ def probe_scores(folder: Path, runs: dict[str, list[Path]], args: argparse.Names
     missing = [(d, m, p) for arm in ARMS for d, students in wanted[arm] for m, p in students.items()
                if key_of(d, m) not in cache]
     if missing or base_key not in cache:
-        from learning import probe_tasks, task_scores  # bench/learning.py: the probe set and its scoring
+        from studies.learning import probe_tasks, task_scores  # the probe set and its scoring
         from configs.loading import load_config
         from inference import make_engine
         from tinycoder import ensure_model
@@ -269,7 +266,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 of each arm")
-    parser.add_argument("--keep", type=Path, default=ROOT / "bench" / "results" / "dynamics", help="the study folder")
+    parser.add_argument("--keep", type=Path, default=ROOT / "studies" / "results" / "dynamics", help="the study folder")
     parser.add_argument("--population-config", default="configs/tiny.yaml")
     parser.add_argument("--single-config", default="configs/tiny-single.yaml")
     parser.add_argument("--probes", type=int, default=120, help="held-out probe tasks (0: no probes)")

@@ -1,6 +1,6 @@
-"""How far can RL move the tiny model's students at all? The reference point for ``bench/learning.py``.
+"""How far can RL move the tiny model's students at all? The reference point for ``studies/learning.py``.
 
-    python bench/student_rl.py [--steps 20] [--tasks 12] [--rollouts 8] [--lr 2e-3] [--kl 0.1] [--fixed]
+    python -m studies.student_rl [--steps 20] [--tasks 12] [--rollouts 8] [--lr 2e-3] [--kl 0.1] [--fixed]
                                [--temperature T] [--eval-every N] [--variants serial,stale] [--is-truncation C]
                                [--no-probes]
 
@@ -8,7 +8,7 @@ One student adapter, no teachers, no league, no Ray: each step it answers ``--ta
 from the tiny model's own program generator (the distribution the probes come from, with a seed of
 their own and the probe programs removed), ``--rollouts`` times each, and takes one update of
 ``learners.PolicyLearner`` with the run's rewards (correct 1, wrong -0.5, malformed -1), per-task
-whitened advantages, and the KL to the base. The held-out probes of ``bench/learning.py`` are scored
+whitened advantages, and the KL to the base. The held-out probes of ``studies/learning.py`` are scored
 before and after, at the same temperature and sample count (``--no-probes``: not scored; the training
 tasks still leave the probe programs out). With ``--fixed`` every step reuses the same tasks: their
 training solve rate then shows whether the update learns what it is shown. So this is self-play's best
@@ -42,24 +42,23 @@ from pathlib import Path
 from statistics import fmean
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+import torch
+from transformers import AutoModelForCausalLM
 
-from inference import make_engine  # noqa: E402
-from inference.requests import GenerationRequest  # noqa: E402
-from rollouts import SolveJob, learner_samples, student_samples  # noqa: E402
-from bench.learning import generator_tasks, probe_tasks, solve_rate  # noqa: E402
-from configs.loading import load_config  # noqa: E402
-from learners.adapter_optim import AdapterOptimizers  # noqa: E402
-from learners.multi_lora import LoRASpec, MultiLoRAModel  # noqa: E402
-from learners.pg_loss import PGConfig  # noqa: E402
-from learners.policy_learner import PolicyLearner, UpdateConfig  # noqa: E402
-from tinycoder import ensure_model  # noqa: E402
-from verifier import Verifier  # noqa: E402
-from verifier.families import judge_answers  # noqa: E402
-from verifier.prompts import student_prompt  # noqa: E402
+from inference import make_engine
+from inference.requests import GenerationRequest
+from rollouts import SolveJob, learner_samples, student_samples
+from studies.learning import generator_tasks, probe_tasks, solve_rate
+from configs.loading import load_config
+from learners.adapter_optim import AdapterOptimizers
+from learners.multi_lora import LoRASpec, MultiLoRAModel
+from learners.pg_loss import PGConfig
+from learners.policy_learner import PolicyLearner, UpdateConfig
+from tinycoder import ensure_model
+from verifier import Verifier
+from verifier.families import judge_answers
+from verifier.prompts import student_prompt
 
 TRAIN_SEED = 424_242  # neither the model's corpus, its seed tasks nor the probes use it
 MEMBER = "student"

@@ -1,19 +1,19 @@
 """One command for a GPU machine with torch, transformers and peft but no Ray, no vLLM and no network.
 
-    python bench/gpu_check.py                      # everything, JSON to gpu_check.json and as the last stdout line
-    python bench/gpu_check.py --dry                # list the parts and their commands, run nothing
+    python -m gpu_check                      # everything, JSON to gpu_check.json and as the last stdout line
+    python -m gpu_check --dry                # list the parts and their commands, run nothing
 
 Parts, each in its own subprocess (a failure or timeout is recorded in the JSON, never a crash):
 
 1. ``gpu_tests``: the tests marked ``gpu`` in files that import without Ray (``ray`` is blocked in the
    pytest process, so a file that needs it fails to collect and is reported under ``needs_ray``);
-2. ``memory_plan``: ``bench/memory_plan.py --device cuda --layers 28``, the full 7B-shaped learner on one GPU
+2. ``memory_plan``: ``python -m bench.memory_plan --device cuda --layers 28``, the full 7B-shaped learner on one GPU
    measured against ``planning.memory_plan`` (``torch.cuda.max_memory_allocated``);
-3. ``learner``: ``bench/learner.py --device cuda --widths 7b --layers 28``: one optimizer step of 8 mixed
+3. ``learner``: ``python -m bench.learner --device cuda --widths 7b --layers 28``: one optimizer step of 8 mixed
    adapters vs the same tokens on 1 (and the bmm kernel), the whole 7B-shaped model, the 7B preset's LoRA and
    step settings (``mixed8_vs_single_ratio``, wall seconds, ``max_memory_allocated`` per variant);
-4. ``evolution``: ``bench/evolution.py --device cuda``;
-5. ``system``: ``bench/gpu_system.py``, the whole loop through Ray on the GPU: the tiny default in the
+4. ``evolution``: ``python -m bench.operators --device cuda``;
+5. ``system``: ``gpu_check/system.py``, the whole loop through Ray on the GPU: the tiny default in the
    one-GPU colocated layout (``resources.colocated=true resources.inference_gpus=1 resources.learner_gpus=1``, the
    transformers engine, which stays awake), ``run.checkpoint_every=2``, on the tiny ``test`` model (built where not
    cached, ``model.build_s``; ``--variant default`` for the tiny default's own, ``--model-dir`` for one carried in).
@@ -27,15 +27,15 @@ Parts, each in its own subprocess (a failure or timeout is recorded in the JSON,
    ``torch.use_deterministic_algorithms(True)`` and ``CUBLAS_WORKSPACE_CONFIG=:4096:8``; within
    ``gpu_system.TOLERANCE`` only where an op without a deterministic kernel warned (named in the JSON). It needs Ray,
    tqdm, tensorboard and psutil besides ``REQUIRED``: where one does not import the part is recorded as not run
-   with one line naming them and ``bench/pack_gpu_deps.sh``, which prepares them (``ok`` is then false; the other
+   with one line naming them and ``gpu_check/pack_deps.sh``, which prepares them (``ok`` is then false; the other
    parts still run). A layout too big for the GPU is refused by the memory plan before any actor starts, naming
    the GPU and the bytes short. Where the sandbox lacks a defence ``verifier.require`` names, the verifiers run
    with ``verifier.allow_weak_sandbox=true`` and the part says so (``result.sandbox``).
    ``--standin`` runs this part on CPUs (``POPULORA_GPU_STANDIN=1``: a logical GPU, the actors on their CPU path;
-   expected device ``cpu``; phases planned for the CPU layout): ``python bench/gpu_check.py --parts system
+   expected device ``cpu``; phases planned for the CPU layout): ``python -m gpu_check --parts system
    --standin`` (2 to 5 minutes on two cores, by their load; most of it starts the five systems).
 
-A bench part runs only where the script's ``--help`` lists the options it is given (``--device``,
+A bench part runs only where the module's ``--help`` lists the options it is given (``--device``,
 ``--widths``); otherwise it is recorded as not run, with the reason.
 
 Each part is judged against its goal, not only its exit code (``goal`` and ``passed`` in its entry):
@@ -43,7 +43,7 @@ Each part is judged against its goal, not only its exit code (``goal`` and ``pas
 15% of every measured peak and never under one, and only configurations the plan says do not fit run out of memory
 (the bench's ``within_goal``); ``learner`` 8 mixed adapters cost at most 1.15x one adapter with the same tokens;
 ``evolution`` every operator makes a 7B rank-64 child within its time goal; ``system`` every check of
-``bench/gpu_system.py`` (``result.checks``). ``ok`` is the conjunction.
+``gpu_check/system.py`` (``result.checks``). ``ok`` is the conjunction.
 
 Besides torch, transformers and peft the project's modules need pydantic, trueskill, pyyaml, safetensors and
 pytest (``REQUIRED``); a missing one stops the check at once with one line naming them and how to install them.
@@ -72,8 +72,8 @@ REQUIRED = {"torch": "torch", "transformers": "transformers", "peft": "peft", "p
 """Import name -> PyPI name of what the parts import (no Ray, no vLLM)."""
 LEARNER_RATIO_GOAL = 1.15
 SYSTEM_REQUIRED = {"ray": "ray", "tqdm": "tqdm", "tensorboard": "tensorboard", "psutil": "psutil"}
-"""Import name -> PyPI name of what the ``system`` part needs besides ``REQUIRED`` (``bench/gpu_system.py``'s)."""
-PACK_SCRIPT = "bench/pack_gpu_deps.sh"
+"""Import name -> PyPI name of what the ``system`` part needs besides ``REQUIRED`` (``gpu_check/system.py``'s)."""
+PACK_SCRIPT = "gpu_check/pack_deps.sh"
 PART_NAMES = ("gpu_tests", "memory_plan", "learner", "evolution", "system")
 
 
@@ -228,7 +228,7 @@ def part_bench(cmd: list[str], timeout: float) -> dict:
 
 
 def part_system(cmd: list[str], timeout: float) -> dict:
-    """``bench/gpu_system.py``: its JSON under ``result``; where it did not run (a dependency or the device missing)
+    """``gpu_check/system.py``: its JSON under ``result``; where it did not run (a dependency or the device missing)
     or the memory plan refused the layout, its reason is the part's."""
     result = part_bench(cmd, timeout)
     inner = result.get("result") or {}
@@ -237,27 +237,24 @@ def part_system(cmd: list[str], timeout: float) -> dict:
     if inner.get("reason"):
         result["reason"] = inner["reason"]
     if inner.get("phases"):  # (d): printed, not judged
-        import importlib.util
+        from gpu_check.system import print_phases
 
-        spec = importlib.util.spec_from_file_location("gpu_system", ROOT / "bench" / "gpu_system.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.print_phases(inner["phases"])
+        print_phases(inner["phases"])
     return result
 
 
-def offers(script: str, *options: str) -> tuple[bool, str]:
-    """Whether ``python bench/<script> --help`` lists every one of ``options``; and if not, why."""
+def offers(module: str, *options: str) -> tuple[bool, str]:
+    """Whether ``python -m <module> --help`` lists every one of ``options``; and if not, why."""
     try:
-        proc = subprocess.run([sys.executable, f"bench/{script}", "--help"], cwd=ROOT, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True,
                               timeout=300)
     except subprocess.TimeoutExpired:
-        return False, f"bench/{script} --help timed out"
+        return False, f"python -m {module} --help timed out"
     if proc.returncode != 0:
-        return False, f"bench/{script} --help failed ({proc.returncode}): {proc.stderr.strip()[-300:]}"
+        return False, f"python -m {module} --help failed ({proc.returncode}): {proc.stderr.strip()[-300:]}"
     missing = [o for o in options if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", proc.stdout)]
     if missing:
-        return False, f"bench/{script} has no {'/'.join(missing)} option yet (its --help does not list it)"
+        return False, f"python -m {module} has no {'/'.join(missing)} option yet (its --help does not list it)"
     return True, ""
 
 
@@ -266,20 +263,20 @@ def parts(args: argparse.Namespace) -> dict[str, dict]:
     py = sys.executable
     out: dict[str, dict] = {
         "gpu_tests": {"command": f"pytest -m gpu (ray blocked) {' '.join(gpu_test_files())}"},
-        "memory_plan": {"command": [py, "bench/memory_plan.py", "--device", "cuda", "--layers", str(args.layers)]},
+        "memory_plan": {"command": [py, "-m", "bench.memory_plan", "--device", "cuda", "--layers", str(args.layers)]},
     }
     benches = {
-        "learner": ("learner.py", ["--device", "cuda", "--widths", "7b", "--layers", str(args.layers)]),
-        "evolution": ("evolution.py", ["--device", "cuda"]),
+        "learner": ("bench.learner", ["--device", "cuda", "--widths", "7b", "--layers", str(args.layers)]),
+        "evolution": ("bench.operators", ["--device", "cuda"]),
     }
-    for name, (script, options) in benches.items():
+    for name, (module, options) in benches.items():
         if name not in args.parts:
             continue
-        ok, reason = offers(script, *(o for o in options if o.startswith("--")))
-        out[name] = {"command": [py, f"bench/{script}", *options]} if ok else {"skip": reason}
+        ok, reason = offers(module, *(o for o in options if o.startswith("--")))
+        out[name] = {"command": [py, "-m", module, *options]} if ok else {"skip": reason}
     if "system" in args.parts:
         missing = missing_for_system()
-        system = [py, "bench/gpu_system.py", "--variant", args.variant]
+        system = [py, "-m", "gpu_check.system", "--variant", args.variant]
         system += ["--standin"] if args.standin else []
         system += ["--model-dir", str(args.model_dir)] if args.model_dir else []
         system += ["--gpu-memory-gib", str(args.gpu_memory_gib)] if args.gpu_memory_gib else []
@@ -326,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = missing_requirements()
     if missing:
         print(f"gpu_check: this machine lacks {', '.join(missing)}; install them first "
-              f"(pip install {' '.join(missing)}; without a network: bash bench/pack_gpu_deps.sh on a machine online, "
+              f"(pip install {' '.join(missing)}; without a network: bash gpu_check/pack_deps.sh on a machine online, "
               f"carry gpu_deps, then bash gpu_deps/install.sh DIR and PYTHONPATH=DIR) and run the check again", file=sys.stderr)
         print(json.dumps({"ok": False, "missing": missing}))
         return 2

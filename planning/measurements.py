@@ -14,17 +14,18 @@ On this machine, with the built-in tiny model's shape (random weights: nothing i
 - (the adapter hand-over's constants come from ``bench/adapter_transport.py``, which runs the real publish path); checkpoint write bandwidth (AdamW state + adapters to a temporary directory, fsynced); the
   league's match + record of a 2+2 step; one evolution child of the tiny default's size (median operator).
 
-The measuring functions here are the ones ``bench/calibrate.py`` runs on a user's node, at the config's model and
+The measuring functions here are the ones ``planning/calibrate.py`` runs on a user's node, at the config's model and
 engine (one implementation of each measurement). None of this runs the loop: ``bench/time_plan.py`` plans the tiny default from these numbers and then runs it.
 The last stdout line is one JSON object with every constant under ``constants`` (paste into
 ``planning/time_constants.py``).
 
-    nice -n 10 python bench/time_constants.py            # ~2 minutes on two cores
+    nice -n 10 python -m planning.measurements            # ~2 minutes on two cores
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -33,14 +34,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "bench"))
+import torch
 
-import torch  # noqa: E402
+from configs import PRESETS_DIR, load_config
+from planning.memory_plan import ModelDims, load_model_dims, lora_params
 
-from configs import PRESETS_DIR, load_config  # noqa: E402
-from planning.memory_plan import ModelDims, load_model_dims, lora_params  # noqa: E402
+ADAPTER_RANK, ADAPTER_ALPHA = 8, 16.0  # the adapters of build_adapters: the tiny default's LoRA
 
 
 def log(message: str) -> None:
@@ -194,6 +193,36 @@ def adapter_files(config, dims: ModelDims, dtype, seed: int = 0) -> dict[str, by
     return peft_files(adapter_tensors(dims, lora.rank, lora.target_modules, dtype=dtype, seed=seed), peft_config)
 
 
+def build_model(out_dir: Path) -> Path:
+    """A random-init Qwen2 of the embedded tiny model's shape, with a BPE tokenizer trained on stdlib source."""
+    import collections
+    import json as json_module
+    import random
+
+    from tinycoder.model import ModelShape, new_model
+    from tinycoder.tokenizer import save_tokenizer, train_tokenizer
+
+    texts = [inspect.getsource(m) for m in (collections, json_module, random, argparse, statistics, tempfile)]
+    tokenizer = train_tokenizer(texts, vocab_size=1024)
+    torch.manual_seed(0)
+    model = new_model(ModelShape(), tokenizer)
+    model.save_pretrained(out_dir)
+    save_tokenizer(tokenizer, out_dir)
+    return out_dir
+
+
+def build_adapters(model_dir: Path, out_dir: Path, count: int) -> list[Path]:
+    """``count`` PEFT adapters (B ~ N(0, 0.02)) saved by the learners' own publisher."""
+    from transformers import AutoModelForCausalLM
+
+    from learners.multi_lora import LoRASpec, MultiLoRAModel
+    from learners.peft_io import save_adapter
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    mlm = MultiLoRAModel(base, LoRASpec(rank=ADAPTER_RANK, alpha=ADAPTER_ALPHA, num_slots=count), init_b_std=0.02, seed=0)
+    return [save_adapter(mlm, slot, out_dir / f"a{slot}") for slot in range(count)]
+
+
 def write_files(files: dict[str, bytes], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
@@ -305,13 +334,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_inference", ROOT / "bench" / "inference.py")
-    bench_inference = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_inference)  # the generation bench's model and adapters (a file named like the package)
-    build_model, build_adapters = bench_inference.build_model, bench_inference.build_adapters
-
     config = load_config(PRESETS_DIR / "tiny.yaml")
     dims = load_model_dims(config)
     from inference.hf_engine import HFEngine

@@ -21,8 +21,8 @@ Progress goes to stderr; the last stdout line is one JSON object with ``mixed_vs
 (transformers backend, default kernel: mixed8 / single tokens per second), ``hot_swap_ms`` (same backend)
 and per-backend figures. Run (both backends: use the vLLM venv, see docs/inference.md):
 
-    OMP_NUM_THREADS=1 nice -n 10 /opt/venv-vllm/bin/python bench/inference.py
-    nice -n 10 python bench/inference.py --backends hf
+    OMP_NUM_THREADS=1 nice -n 10 /opt/venv-vllm/bin/python -m bench.generation
+    nice -n 10 python -m bench.generation --backends hf
 """
 
 from __future__ import annotations
@@ -37,14 +37,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from inference import GenerationRequest, make_engine, vllm_available  # noqa: E402
+from inference import GenerationRequest, make_engine, vllm_available
+from planning.measurements import ADAPTER_RANK, build_adapters, build_model
 
 ADAPTERS = 8
-RANK, ALPHA = 8, 16.0
 PROMPTS = [
     "def f(a):\n    return",
     "def f(xs):\n    total = 0\n    for x in xs:\n",
@@ -59,36 +58,6 @@ PROMPTS = [
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def build_model(out_dir: Path) -> Path:
-    """A random-init Qwen2 of the embedded tiny model's shape, with a BPE tokenizer trained on stdlib source."""
-    import collections
-    import json as json_module
-    import random
-
-    from tinycoder.model import ModelShape, new_model
-    from tinycoder.tokenizer import save_tokenizer, train_tokenizer
-
-    texts = [inspect.getsource(m) for m in (collections, json_module, random, argparse, statistics, tempfile)]
-    tokenizer = train_tokenizer(texts, vocab_size=1024)
-    torch.manual_seed(0)
-    model = new_model(ModelShape(), tokenizer)
-    model.save_pretrained(out_dir)
-    save_tokenizer(tokenizer, out_dir)
-    return out_dir
-
-
-def build_adapters(model_dir: Path, out_dir: Path, count: int) -> list[Path]:
-    """``count`` PEFT adapters (B ~ N(0, 0.02)) saved by the learners' own publisher."""
-    from transformers import AutoModelForCausalLM
-
-    from learners.multi_lora import LoRASpec, MultiLoRAModel
-    from learners.peft_io import save_adapter
-
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    mlm = MultiLoRAModel(base, LoRASpec(rank=RANK, alpha=ALPHA, num_slots=count), init_b_std=0.02, seed=0)
-    return [save_adapter(mlm, slot, out_dir / f"a{slot}") for slot in range(count)]
 
 
 def prompts(tokenizer, prompt_tokens: int) -> list[str]:
@@ -166,14 +135,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-inference-"))
     model_dir = args.model or build_model(work / "model")
     adapters = build_adapters(model_dir, work / "adapters", ADAPTERS)
-    log(f"model {model_dir}, {ADAPTERS} adapters r={RANK}, 64 requests x {args.max_tokens} tokens")
+    log(f"model {model_dir}, {ADAPTERS} adapters r={ADAPTER_RANK}, 64 requests x {args.max_tokens} tokens")
 
     results: dict[str, dict] = {}
     wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
     if "hf" in wanted:
         for strategy in ("grouped", "bmm"):
             log(f"backend hf, kernel {strategy}")
-            engine = make_engine("hf", model_dir, max_adapters=ADAPTERS, max_lora_rank=RANK, strategy=strategy)
+            engine = make_engine("hf", model_dir, max_adapters=ADAPTERS, max_lora_rank=ADAPTER_RANK, strategy=strategy)
             results[f"hf_{strategy}"] = measure(engine, adapters, args.repeats, args.swaps, args.max_tokens,
                                                    args.prompt_tokens)
             engine.close()
@@ -181,7 +150,7 @@ def main() -> None:
         ok, why = vllm_available()
         if ok:
             log(f"backend vllm ({why})")
-            engine = make_engine("vllm", model_dir, max_adapters=ADAPTERS, max_lora_rank=RANK,
+            engine = make_engine("vllm", model_dir, max_adapters=ADAPTERS, max_lora_rank=ADAPTER_RANK,
                                  engine_args={"max_num_seqs": 64, **args.vllm_args})
             results["vllm"] = measure(engine, adapters, args.repeats, args.swaps, args.max_tokens, args.prompt_tokens)
             engine.close()
@@ -192,7 +161,7 @@ def main() -> None:
         "mixed_vs_single_throughput": default.get("mixed_vs_single_throughput"),
         "hot_swap_ms": default.get("hot_swap_ms"),
         "goal_mixed_vs_single": 0.85,
-        "workload": {"requests": 64, "adapters": ADAPTERS, "max_tokens": args.max_tokens, "rank": RANK,
+        "workload": {"requests": 64, "adapters": ADAPTERS, "max_tokens": args.max_tokens, "rank": ADAPTER_RANK,
                      "prompt_tokens": args.prompt_tokens, "vllm_args": args.vllm_args,
                      "model": str(args.model or "random tiny Qwen2 (tinycoder shape)"), "threads": args.threads},
         "backends": results,

@@ -1,12 +1,12 @@
 """Calibrate the time plan on this node: measure its constants at the config's model, engine and shapes, write them.
 
-    python bench/calibrate.py --out node.yaml [--config configs/qwen2.5-7b-4t4s.yaml] [dotted.key=value ...]
+    python -m planning.calibrate --out node.yaml [--config configs/qwen2.5-7b-4t4s.yaml] [dotted.key=value ...]
     python launch.py --dry-run --constants node.yaml [--config ...]      # plan with them
 
 On the machine it runs on (its first GPU, else its CPU as the ``cpu`` kind), with the config's model
 (``model.path``; ``tiny`` is the built-in model, ``model.tiny_variant``), dtype, LoRA and engine
 (``inference.backend``: vLLM where it is installed and asked for, the transformers engine otherwise; ``--engine``
-overrides), each measurement with the functions of ``bench/time_constants.py`` (one implementation of each):
+overrides), each measurement with the functions of ``planning/measurements.py`` (one implementation of each):
 
 - training (``<kind>.train_mfu``): one learner step of the config's LoRA (the members of one role) over
   ``--train-seqs`` sequences of about ``--train-prompt`` + ``--train-completion`` tokens, activation checkpointing
@@ -19,7 +19,7 @@ overrides), each measurement with the functions of ``bench/time_constants.py`` (
 - the adapter hand-over (``host.adapter_load_bandwidth``; ``host.adapter_swap_s`` written 0, its fixed cost being
   inside): a proxy of the real path (``bench/adapter_transport.py`` runs that through Ray): one adapter exported
   in the serving dtype, written to RAM-backed storage and loaded in place into the engine, bytes / seconds;
-- the verifier (``host.verifier_tasks_per_core_s``): ``--verifier-tasks`` tasks of ``bench/verifier.py``, each run
+- the verifier (``host.verifier_tasks_per_core_s``): ``--verifier-tasks`` tasks of ``bench/sandbox.py``, each run
   twice, on one worker per core of this process;
 - checkpoint writes (``host.checkpoint_bandwidth``: AdamW state of every member, at most 512 MiB, fsynced into
   ``--scratch``), the league's match + record (``host.league_s``) and one evolution child of one layer of the
@@ -47,15 +47,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from configs import ConfigError, load_config  # noqa: E402
-from planning.constants_file import (  # noqa: E402
+from configs import ConfigError, load_config
+from planning.constants_file import (
     NodeConstants, installed_versions, model_digest, read_constants_file, write_constants_file,
 )
-from planning.memory_plan import DTYPE_BYTES, load_model_dims  # noqa: E402
-from planning.time_constants import DEVICE_KINDS, HOST  # noqa: E402
+from planning.memory_plan import DTYPE_BYTES, load_model_dims
+from planning.time_constants import DEVICE_KINDS, HOST
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CHECKPOINT_MAX_BYTES = 2**29
 
@@ -108,10 +107,10 @@ def calibrate(args: argparse.Namespace) -> dict:
     """Measure (module docstring) and write ``args.out``; the JSON summary."""
     import torch
 
-    from bench.time_constants import (adapter_files, device_constants, host_constants, measure_generation,
-                                      measure_handover, measure_host, measure_training, write_files)
-    from actors.driver import resolve_model
-    from bench.verifier import make_tasks, timed_execute
+    from planning.measurements import (adapter_files, device_constants, host_constants, measure_generation,
+                                       measure_handover, measure_host, measure_training, write_files)
+    from planning.model_files import resolve_model
+    from planning.verifier_workload import make_tasks, timed_execute
     from inference import make_engine
     from inference.adapter_store import ram_backed_root
     from learners.policy_learner import resolve_activation_checkpointing
@@ -189,7 +188,7 @@ def calibrate(args: argparse.Namespace) -> dict:
         "model": {"path": config.model.path, "directory": str(model_dir), "digest": model_digest(dims, config.model.dtype),
                   "dtype": config.model.dtype},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "bench/calibrate.py", *sys.argv[1:]]),
+        "command": shlex.join(["python", "-m", "planning.calibrate", *sys.argv[1:]]),
         "cited_peak": cited is not None,
     }
     write_constants_file(args.out, constants, provenance, json.loads(json.dumps(measurements, default=float)))
@@ -225,7 +224,7 @@ def parser() -> argparse.ArgumentParser:
 def run_calibration(out: Path, overrides: list[str], options: list[str] = (), config: Path | None = None
                     ) -> tuple[NodeConstants, dict]:
     """Run this command in a child process (its own measurements, before a bench's run) and read what it wrote."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--out", str(out), *options,
+    command = [sys.executable, "-m", "planning.calibrate", "--out", str(out), *options,
                *(["--config", str(config)] if config else []), *overrides]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:

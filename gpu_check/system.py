@@ -1,8 +1,8 @@
-"""The ``system`` part of ``bench/gpu_check.py``: the whole loop through Ray on one GPU.
+"""The ``system`` part of ``gpu_check/check.py``: the whole loop through Ray on one GPU.
 
-    python bench/gpu_system.py                       # on a GPU machine with Ray: JSON as the last stdout line
-    python bench/gpu_system.py --standin             # the same on CPUs: a logical GPU, actors on their CPU path
-    python bench/gpu_system.py --variant default     # the tiny default's own model (builds ~10 min where not cached)
+    python -m gpu_check.system                       # on a GPU machine with Ray: JSON as the last stdout line
+    python -m gpu_check.system --standin             # the same on CPUs: a logical GPU, actors on their CPU path
+    python -m gpu_check.system --variant default     # the tiny default's own model (builds ~10 min where not cached)
 
 The layout is the one-GPU colocated one: ``configs/tiny.yaml`` with ``resources.colocated=true
 resources.inference_gpus=1 resources.learner_gpus=1 inference.backend=hf`` (the transformers engine, which stays
@@ -40,7 +40,7 @@ machine has no cache, and its build time is reported as ``model.build_s``); ``--
 default's own model (~10 min to build); ``--model-dir`` takes a model directory built elsewhere and carried.
 
 Refusals, each one line on stderr and a JSON object: Ray (or tqdm, tensorboard, psutil) missing: ``status``
-``not_run``, naming them and ``bench/pack_gpu_deps.sh``, exit 3; no CUDA device without ``--standin``: ``not_run``,
+``not_run``, naming them and ``gpu_check/pack_deps.sh``, exit 3; no CUDA device without ``--standin``: ``not_run``,
 exit 3; the layout too big for the GPU: the memory plan's verdict naming the GPU and the bytes short, before any actor
 starts, exit 2 (``--gpu-memory-gib`` plans for that many GiB instead of the device's: a test hook). Where the
 sandbox lacks a defence ``verifier.require`` names, the runs use ``verifier.allow_weak_sandbox=true`` and
@@ -63,14 +63,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-sys.path.insert(0, str(ROOT / "bench"))
-from calibrate import gpu_kind  # noqa: E402
-from planning.time_constants import DEVICE_KINDS  # noqa: E402
-from reporting.run_dir import comparable_state  # noqa: E402
-from gpu_check import missing_for_system, missing_line  # noqa: E402  (standard library only)
+from planning.calibrate import gpu_kind
+from planning.time_constants import DEVICE_KINDS
+from reporting.run_dir import comparable_state
+from gpu_check.check import missing_for_system, missing_line  # standard library only
 LAYOUT = ["resources.colocated=true", "resources.inference_gpus=1", "resources.learner_gpus=1", "inference.backend=hf",
           "run.dashboard=false"]
 DETERMINISM_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "POPULORA_DETERMINISTIC": "1"}

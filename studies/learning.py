@@ -1,8 +1,8 @@
 """Does the RL learn? Train the tiny population and the tiny single agent for the same steps, and
 measure the students on a fixed held-out probe set of tasks that neither run ever sees.
 
-    python bench/learning.py [--steps 20] [--samples 4] [--probes 120] [--variant default] [--keep DIR] [key=value ...]
-    python bench/learning.py --score-only --keep DIR [...]     # score the runs kept in DIR again
+    python -m studies.learning [--steps 20] [--samples 4] [--probes 120] [--variant default] [--keep DIR] [key=value ...]
+    python -m studies.learning --score-only --keep DIR [...]     # score the runs kept in DIR again
 
 The probe tasks come from the tiny model's own program generator with a seed that neither the model's
 training corpus nor its seed tasks use, their outputs computed by the verifier; probe programs that
@@ -27,19 +27,18 @@ from pathlib import Path
 from statistics import fmean
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from inference import make_engine  # noqa: E402
-from inference.requests import GenerationRequest  # noqa: E402
-from configs.loading import load_config  # noqa: E402
-from reporting.run_dir import RunDirectory  # noqa: E402
-from tinycoder import VARIANTS, ensure_model  # noqa: E402
-from tinycoder.corpus import CorpusSettings, build_corpus  # noqa: E402
-from tinycoder.examples import f_task, io_task  # noqa: E402
-from verifier import Verifier  # noqa: E402
-from verifier.buffers import load_seed_file  # noqa: E402
-from verifier.families import judge_answers  # noqa: E402
-from verifier.prompts import student_prompt  # noqa: E402
+from inference import make_engine
+from inference.requests import GenerationRequest
+from configs.loading import load_config
+from reporting.run_dir import RunDirectory
+from tinycoder import VARIANTS, ensure_model
+from tinycoder.corpus import CorpusSettings, build_corpus
+from tinycoder.examples import f_task, io_task
+from verifier import Verifier
+from verifier.buffers import load_seed_file
+from verifier.families import judge_answers
+from verifier.prompts import student_prompt
 
 PROBE_SEED = 7_777_777
 

@@ -9,18 +9,17 @@ two ways, alternating ``--repeats`` times so machine noise hits both alike:
 
 Times are wall seconds of generation plus judging (median over repeats). Model: ``--model DIR`` or the
 built-in tiny model (``tinycoder`` ``test`` variant, built and cached on first use); 8 PEFT adapters
-r=8 (B ~ N(0, 0.02)) written by the learners' ``save_adapter`` (``bench/inference.py``'s builder).
+r=8 (B ~ N(0, 0.02)) written by the learners' ``save_adapter`` (``planning.measurements.build_adapters``).
 
 Progress goes to stderr; the last stdout line is one JSON object with ``mixed_vs_sequential``
 (mixed seconds / sequential seconds: below 1 means the mixed pass is faster) and ``speedup`` (its inverse).
 
-    nice -n 10 python bench/evaluation.py
+    nice -n 10 python -m bench.eval_harness
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -28,15 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
+import torch
 
-from inference import make_engine  # noqa: E402
-from evaluation.code_judge import CodeJudge, JudgeLimits  # noqa: E402
-from evaluation.datasets import load_benchmark  # noqa: E402
-from evaluation.harness import Decoding, ModelSpec, evaluate  # noqa: E402
+from inference import make_engine
+from evaluation.code_judge import CodeJudge, JudgeLimits
+from evaluation.datasets import load_benchmark
+from evaluation.harness import Decoding, ModelSpec, evaluate
+from planning.measurements import build_adapters
 
 ADAPTERS = 8
 
@@ -57,13 +55,6 @@ def write_benchmark(path: Path, problems: int) -> Path:
     return path
 
 
-def builder():
-    spec = importlib.util.spec_from_file_location("bench_inference", ROOT / "bench" / "inference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_adapters
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, help="local HF causal LM directory (default: the tiny test model)")
@@ -82,7 +73,7 @@ def main() -> None:
         args.model = ensure_model("test", progress=False)
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        adapters = builder()(args.model, tmp_path / "adapters", ADAPTERS)
+        adapters = build_adapters(args.model, tmp_path / "adapters", ADAPTERS)
         problems = load_benchmark("humaneval", [write_benchmark(tmp_path / "HumanEval.jsonl", args.problems)])
         engine = make_engine(args.backend, args.model, max_adapters=ADAPTERS, max_lora_rank=8, max_model_len=2048)
         for i, path in enumerate(adapters):

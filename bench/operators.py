@@ -15,7 +15,7 @@ Progress goes to stderr; the last stdout line is one JSON object with ``median_s
 child), ``ratio_to_perturb`` (each operator's time over perturb_singular_values' in the same run, so a number
 from a loaded machine can still be judged), the load (``os.getloadavg`` before and after, ``uptime``) and
 ``dense_svd_ratio`` (extrapolated dense time / measured perturb_singular_values time).
-Run: ``nice -n 10 python bench/evolution.py`` (about 4-8 minutes on two cores; ``--quick`` for a 4-layer smoke
+Run: ``nice -n 10 python -m bench.operators`` (about 4-8 minutes on two cores; ``--quick`` for a 4-layer smoke
 run; ``--device cuda`` puts the adapters and the generator on the GPU and synchronises around every timing).
 """
 
@@ -29,21 +29,18 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.append(str(Path(__file__).resolve().parent))  # after the project root: bench/evolution.py must not shadow the package
 
-import qwen25_7b  # noqa: E402
-from planning.memory_plan import ModelDims  # noqa: E402
+from bench import qwen25_7b
+from planning.memory_plan import ModelDims
 
-from configs.operators import SPECS  # noqa: E402
-from evolution.replacement import apply_operator  # noqa: E402
-from evolution.adapter_slots import find_slots  # noqa: E402
-from evolution.heap import reuse_freed_blocks  # noqa: E402
-from evolution.thin_svd import factored_svd, factored_svds, householder_svd  # noqa: E402
+from configs.operators import SPECS
+from evolution.replacement import apply_operator
+from evolution.adapter_slots import find_slots
+from evolution.heap import reuse_freed_blocks
+from evolution.thin_svd import factored_svd, factored_svds, householder_svd
 
 RANK = 64
 QWEN25_7B = {  # module -> (d_out, d_in), from the model's public config.json (bench/qwen25_7b.py)
