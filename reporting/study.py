@@ -28,6 +28,12 @@ otherwise. A claim over the four complexity metrics holds when all four hold and
 fewer than ``MIN_SEEDS`` seeds in an arm every verdict is ``inconclusive`` (the computed one is kept beside it as
 ``unpowered``): two seeds agree in sign by chance half the time.
 
+**Against another study** (``study_against``): one setting's effect on the slopes is the difference of two
+studies' per-seed slopes, arm by arm (Welch, as above): a learned study against its frozen control (learning's own
+share of each slope), or a study with one switch changed against the one without (that switch's share). The two
+studies' seeds share nothing but their numbers, so they are not paired either; the same verdict rule and seed
+minimum apply.
+
 Claims: ``population_minus_single_complexity_slope`` (the primary one: the population's complexity slope exceeds
 the single agent's), ``single_complexity_down``, ``population_complexity_up``,
 ``population_coverage_per_proposal_higher``, ``population_mean_probe_ge_single``, ``weakest_member_probe_ge_single``.
@@ -396,3 +402,22 @@ def study_summary(population: Sequence[Rows], single: Sequence[Rows],
     if not enough:
         out["unpowered"] = verdicts  # what the verdicts would be: not quoted (module docstring)
     return out
+
+
+def study_against(this: dict[str, Any], other: dict[str, Any], keys: Sequence[str] = TRENDED) -> dict[str, Any]:
+    """Per arm and metric, this study's per-seed slopes minus ``other``'s (two ``study_summary`` results; Welch,
+    :func:`welch_difference`) with a verdict each: ``holds`` (this setting raises the slope), ``fails`` (lowers
+    it) or ``inconclusive``, and every verdict ``inconclusive`` under ``MIN_SEEDS`` seeds in any of the four arms."""
+    out: dict[str, Any] = {}
+    for arm in ("population", "single"):
+        rows = {}
+        for key in keys:
+            a, b = this[arm]["metrics"].get(key), other[arm]["metrics"].get(key)
+            if not a or not b or not a["per_seed"] or not b["per_seed"]:
+                continue
+            d = welch_difference(a["per_seed"], b["per_seed"])
+            powered = min(len(a["per_seed"]), len(b["per_seed"])) >= MIN_SEEDS
+            rows[key] = {**d, "verdict": difference_verdict(d) if powered else "inconclusive", "powered": powered}
+        out[arm] = rows
+    return out
+

@@ -2,6 +2,7 @@
 
     python -m studies.dynamics [--steps 150] [--seeds 3] [--keep DIR] [--probes 120] [--samples 4] [key=value ...]
     python -m studies.dynamics --report-only --keep DIR        # summary and figure of the runs kept in DIR
+    python -m studies.dynamics --report-only --keep DIR --against CONTROL   # + each slope minus the other study's
     python -m studies.dynamics --steps 3 --seeds 1 --probes 6 --samples 1 model.tiny_variant=test   # smoke run
 
 Arms: ``--population-config`` (default ``configs/tiny.yaml``, 2 teachers + 2 students) and ``--single-config``
@@ -21,7 +22,9 @@ Reports (``reporting.study``; the seed is the unit): per arm and metric the seed
 each seed's OLS slope per 100 steps and their mean with its t interval; the population - single slope difference per
 complexity metric (Welch; the primary claim); held-out probe solve rates of ``studies/learning.py``'s probe set (every
 population student, the weakest per seed, the single agent, the base), paired by task with a bootstrap over tasks and
-seeds; verdicts by one rule each way, and none quoted under 4 seeds an arm. ``reporting.complexity_payoff`` reads
+seeds; verdicts by one rule each way, and none quoted under 4 seeds an arm. ``--against DIR`` compares every arm's
+slopes with another kept study's (``reporting.study.study_against``: learned against its frozen control, one switch
+against its absence) under ``against`` in the JSON. ``reporting.complexity_payoff`` reads
 each run's ``proposals.jsonl``: per window of steps the mean reward and advantage by lines-of-code bin, the slope of
 the advantage on complexity, and the share of the teacher's advantage from invalid-vs-valid, unsolved-vs-solved and
 solved-vs-solved pairs. The figure ``DIR/dynamics.png`` draws complexity and solve rate over training for both arms
@@ -50,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from reporting.run_dir import RunDirectory
 from reporting.complexity_payoff import payoff_summary
-from reporting.study import COMPLEXITY, study_summary
+from reporting.study import COMPLEXITY, study_against, study_summary
 
 ARMS = ("population", "single")
 TRAINING_CODE = ("actors", "checkpoints", "configs", "evolution", "inference", "learners", "rollouts", "tinycoder",
@@ -88,6 +91,20 @@ def study_identity(args: argparse.Namespace) -> dict[str, Any]:
         "population_overrides": list(args.population_override),
         "code_version": code_version(),
     }
+
+
+def read_other_study(folder: Path) -> dict[str, Any]:
+    """The kept summary of another study (``--against``): refused, with the reason, before anything runs."""
+    path = folder / "summary.json"
+    if not path.is_file():
+        raise SystemExit(f"error: --against {folder}: no summary.json there (run or --report-only that study first)")
+    try:
+        other = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"error: --against {path}: not JSON ({exc})") from None
+    if not all(arm in other and "metrics" in other[arm] for arm in ARMS):
+        raise SystemExit(f"error: --against {path}: not a dynamics study's summary (no per-arm metrics)")
+    return other
 
 
 def check_identity(folder: Path, identity: dict[str, Any], report_only: bool) -> None:
@@ -278,6 +295,8 @@ def main() -> None:
                         help="a config override for the population arm alone (repeatable), e.g. population.teachers=4")
     parser.add_argument("--ray-address", default="local",
                         help="the Ray cluster the runs use (default 'local': each run starts its own, whatever else runs here)")
+    parser.add_argument("--against", type=Path, metavar="DIR",
+                        help="another kept study (its summary.json): report each arm's slopes minus that study's")
     parser.add_argument("overrides", nargs="*", help="config overrides (key=value) applied to both arms")
     args = parser.parse_args()
     if args.steps < 3 or args.seeds < 1:
@@ -288,6 +307,7 @@ def main() -> None:
     for arm, config in configs.items():  # a bad override fails here, before any run
         load_config(ROOT / config, arm_overrides(arm, args))
     folder = args.keep.resolve()
+    other = read_other_study(args.against) if args.against else None
     check_identity(folder, study_identity(args), args.report_only)
 
     pace = dict(SECONDS_PER_STEP)
@@ -321,6 +341,9 @@ def main() -> None:
         "code_version": json.loads((folder / "study.json").read_text())["code_version"],
         "figure": str(figure), "folder": str(folder),
     })
+    if other is not None:
+        summary["against"] = {"folder": str(args.against.resolve()), "overrides": other.get("overrides"),
+                              **study_against(summary, other)}
     (folder / "summary.json").write_text(json.dumps(summary, indent=1))
     for arm in ARMS:
         m = summary[arm]["metrics"]
@@ -339,6 +362,11 @@ def main() -> None:
             log(f"{arm} steps {window['steps'][0]}-{window['steps'][1]}: advantage per line of code "
                 f"{per_line['mean'] if per_line['mean'] is not None else math.nan:+.3f}"
                 f"+-{per_line['ci'] if per_line['ci'] is not None else math.nan:.3f}; pair shares: {shares}")
+    for arm in ARMS if other is not None else ():
+        diffs = summary["against"][arm]
+        log(f"{arm} minus {args.against}: " + ", ".join(
+            f"{k.removeprefix('program_')} {d['difference']:+.2f}+-{d['ci'] if d['ci'] is not None else math.nan:.2f} ({d['verdict']})"
+            for k, d in diffs.items() if k in COMPLEXITY + ("solve_rate", "valid_rate")))
     log("verdicts: " + ", ".join(f"{k} {v}" for k, v in summary["verdicts"].items())
         + ("" if summary["powered"] else f" (under {summary['min_seeds']} seeds an arm: not quoted; computed: "
            + ", ".join(f"{k} {v}" for k, v in summary["unpowered"].items()) + ")"))

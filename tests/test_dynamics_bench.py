@@ -59,12 +59,15 @@ def test_smoke_study_reports_every_claim(study):
 
 def test_a_rerun_reuses_the_finished_runs(study):
     folder, first = study
-    rerun = bench(folder)
+    rerun = bench(folder, "--against", str(folder))  # against its own first summary: every difference 0
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert rerun.stderr.count("finished earlier (3 steps), reused") == 2
     assert "probe solve rate" not in rerun.stderr  # the probes' scores are kept with the runs
-    assert json.loads(rerun.stdout.strip().splitlines()[-1])["verdicts"] == json.loads(
-        first.stdout.strip().splitlines()[-1])["verdicts"]
+    result = json.loads(rerun.stdout.strip().splitlines()[-1])
+    assert result["verdicts"] == json.loads(first.stdout.strip().splitlines()[-1])["verdicts"]
+    against = result["against"]["population"]["valid_rate"]
+    assert against["difference"] == 0 and against["verdict"] == "inconclusive" and not against["powered"]
+    assert f"population minus {folder}:" in rerun.stderr
 
 
 def test_runs_of_another_study_are_refused_before_any_run(study):
@@ -75,6 +78,8 @@ def test_runs_of_another_study_are_refused_before_any_run(study):
     assert "holds runs of another study" in other.stderr and "overrides" in other.stderr
     assert "starting" not in other.stderr
     assert sorted(p.name for p in (folder / "single").iterdir()) == before
+    missing = bench(folder, "--report-only", "--against", str(folder / "nowhere"))
+    assert missing.returncode != 0 and "--against" in missing.stderr and "no summary.json there" in missing.stderr
 
 
 def test_a_failed_run_is_reported_and_left_out(study, tmp_path):

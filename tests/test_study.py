@@ -19,6 +19,7 @@ from reporting.study import (
     seed_band,
     seed_drain_step,
     seed_slopes,
+    study_against,
     study_summary,
     welch_difference,
 )
@@ -178,3 +179,22 @@ def test_step_row_measures_written_programs_apart_from_buffer_programs():
     assert row["buffer_programs"] == 4 and row["buffer_seed_share"] == 0.75
     assert row["buffer_program_loc"] == pytest.approx((2 * 3 + 5) / 4)
     assert row["rho_by_teacher"] == {"t0": [1, 0, 1, 0, 0, 0], "t1": [0, 0, 0, 0, 0, 1]}
+
+
+def test_one_study_against_another_is_the_welch_difference_of_their_seed_slopes():
+    """A learned study whose population falls 1.0 a 100 steps faster than its control's, and whose single agent's
+    slope equals the control's: holds/fails by the same rule, and under 4 seeds nothing is quoted."""
+    learned = study_summary([synthetic_run(-2.0, s) for s in range(4)], [synthetic_run(-0.5, 10 + s) for s in range(4)])
+    control = study_summary([synthetic_run(-1.0, 20 + s) for s in range(4)], [synthetic_run(-0.5, 30 + s) for s in range(4)])
+    against = study_against(learned, control, keys=COMPLEXITY)
+    pop = against["population"]["program_loc"]
+    assert pop["difference"] == pytest.approx(-1.0, abs=0.1) and pop["verdict"] == "fails" and pop["powered"]
+    expected = welch_difference(learned["population"]["metrics"]["program_loc"]["per_seed"],
+                                control["population"]["metrics"]["program_loc"]["per_seed"])
+    assert {k: pop[k] for k in expected} == expected
+    assert against["single"]["program_loc"]["verdict"] == "inconclusive"
+    assert study_against(control, learned, keys=COMPLEXITY)["population"]["program_loc"]["verdict"] == "holds"
+    few = study_summary([synthetic_run(-2.0, s) for s in range(2)], [synthetic_run(-0.5, s) for s in range(2)])
+    unpowered = study_against(few, control, keys=COMPLEXITY)["population"]["program_loc"]
+    assert unpowered["verdict"] == "inconclusive" and not unpowered["powered"]
+
