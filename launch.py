@@ -28,7 +28,8 @@ from configs import Config, ConfigError, dump_config, load_config
 from planning.memory_plan import HostView, with_resolved_checkpointing
 from planning.placement import ClusterView
 from planning.run_plan import RunPlan, plan_run
-from planning.time_plan import Lengths, RunRecordError, lengths_from_run, measured_phase_seconds
+from planning.lengths import Lengths, RunRecordError, lengths_from_run
+from planning.time_plan import measured_phase_seconds
 from reporting.run_dir import RunDirectory
 
 

@@ -14,8 +14,8 @@ from planning.memory_plan import GiB, HostView, MemoryPlan, PlanInputError, load
 from planning.placement import ClusterView, PlacementPlan, plan_placement
 from planning.constants_file import ConstantsFileError, constants_for, read_constants_file
 from planning.time_constants import DEVICE_KINDS, HOST, ConstantsError, with_overrides
-from planning.time_plan import (ClusterError, Layout, LayoutChoice, Lengths, choose_layout, cluster_of,
-                                config_layout, lengths_from_config)
+from planning.lengths import Lengths, lengths_from_config
+from planning.time_plan import ClusterError, Layout, LayoutChoice, choose_layout, cluster_of, config_layout
 
 DEFAULT_GPU_GIB = 80.0
 

@@ -1,8 +1,8 @@
 """The time plan: expected seconds of every phase of a step on each device group, for a described cluster.
 
 Pure arithmetic beside the memory plan (no Ray, no torch): from the config, the model's widths
-(``planning.memory_plan.ModelDims``), the expected lengths (``plan.*`` config keys or a finished run's
-``metrics.jsonl``) and the rates of ``planning.time_constants``. The cluster is described, not probed: the
+(``planning.memory_plan.ModelDims``), the expected lengths (``planning.lengths``: ``plan.*`` config keys or a
+finished run's ``metrics.jsonl``) and the rates of ``planning.time_constants``. The cluster is described, not probed: the
 dry run on a laptop plans the 8-GPU node the config names (``--cluster 2x8xH100`` plans others).
 
 Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fraction v and k rollouts:
@@ -75,6 +75,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from planning.lengths import Lengths, RunRecordError, lengths_from_config, lengths_from_run
 from planning.memory_plan import DTYPE_BYTES, EVAL_PROBLEMS_DEFAULT, ModelDims, lora_params
 from configs.engines import engine_traits
 from planning.placement import planned_engine
@@ -115,18 +116,6 @@ class Cluster:
         if not self.gpus:
             return "CPU"
         return f"{self.nodes}x{self.gpus_per_node}x{self.kind}" if self.nodes > 1 else f"{self.gpus_per_node}x{self.kind}"
-
-
-@dataclass(frozen=True)
-class Lengths:
-    """Expected tokens per sequence and the expected valid fraction of proposals."""
-
-    propose_prompt: int
-    proposal: int
-    solve_prompt: int
-    answer: int
-    valid_fraction: float
-    source: str = "config (plan.*)"
 
 
 @dataclass(frozen=True)
@@ -573,34 +562,6 @@ def candidate_layouts(cluster: Cluster, tp: int) -> list[Layout]:
 
 
 # --------------------------------------------------------------------------------------- inputs and choice
-
-
-def lengths_from_config(config: Any) -> Lengths:
-    """The ``plan.*`` expected lengths (sane defaults for a 7B model with r1 prompts; the tiny presets set theirs)."""
-    p = config.plan
-    return Lengths(p.propose_prompt_tokens, min(p.proposal_tokens, config.inference.max_tokens), p.solve_prompt_tokens,
-                   min(p.answer_tokens, config.inference.max_tokens), p.valid_fraction)
-
-
-class RunRecordError(ValueError):
-    """A run directory whose ``metrics.jsonl`` cannot give the plan its lengths."""
-
-
-def lengths_from_run(rows: list[dict[str, Any]], source: str) -> Lengths:
-    """Mean tokens per sequence of each role and the mean valid rate over a run's step rows (``tokens`` records)."""
-    steps = [r for r in rows if "tokens" in r and "step" in r]
-    if not steps:
-        raise RunRecordError(f"{source}: no step row records token counts ('tokens'); runs record them from this "
-                             "version on, so replan from a run made with it")
-
-    def mean(role: str, part: str) -> float:
-        seqs = sum(r["tokens"][role]["sequences"] for r in steps)
-        return sum(r["tokens"][role][part] for r in steps) / seqs if seqs else 0.0
-
-    valid = sum(r.get("valid_rate", 0.0) for r in steps) / len(steps)
-    return Lengths(max(1, round(mean("teacher", "prompt"))), max(1, round(mean("teacher", "completion"))),
-                   max(1, round(mean("student", "prompt"))), max(1, round(mean("student", "completion"))),
-                   max(valid, 1e-3), f"{source} ({len(steps)} steps)")
 
 
 def measured_phase_seconds(rows: list[dict[str, Any]], events: list[dict[str, Any]] = ()) -> dict[str, float]:
