@@ -257,6 +257,8 @@ def run_or_plan(args: argparse.Namespace, config: Config) -> int:
         print(memory.render(), file=sys.stderr)
         print(memory.verdict(), file=sys.stderr)
         return 1
+    for warning in memory.warnings:  # runs, but slower than planned
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     if not args.quiet:
         print(memory.verdict(), flush=True)
     short = run_plan.missing_resources()
