@@ -69,8 +69,9 @@ sequences run, not ``max_model_len`` for each (:class:`PagedKV`):
 
 - E is the longest expected sequence (prompt + new tokens) of the engine's phases (``planning.lengths.sequence_tokens``:
   ``plan.*``, or the lengths a run recorded with ``--dry-run --from-run``);
-- the row counts the tokens in flight, min(m, P // E) sequences of E tokens; the rest of the budget (vLLM fills it with
-  blocks too) is the room for sequences longer than expected;
+- the row counts the tokens in flight, min(m, P // E) sequences of E tokens (at least one sequence of
+  ``max_model_len``); the rest of the budget (vLLM fills it with blocks too) is the room for sequences longer than
+  expected. A budgeted engine whose traits say its cache is not paged reserves ``max_model_len`` for each of m;
 - the row refuses only where P < ``max_model_len``: vLLM does not start unless one sequence of the longest fits;
 - the plan's ``max_num_seqs`` S = min(``max_num_batched_tokens``, floor((B - F) / (E kv / (1 - h) + 8 V))), h =
   ``plan.kv_headroom``: S sequences of E tokens fill (1 - h) of the cache they leave. A configured m > S is a warning
@@ -729,11 +730,14 @@ class PagedKV:
         """Where m > S: the preemption risk and the value the plan would choose (no refusal: vLLM preempts)."""
         if self.configured <= self.chosen:
             return None
+        tokens = self.configured * self.expected
+        short = (f"need {tokens:,} KV-cache tokens, more than the {self.pool_tokens:,} each replica holds"
+                 if tokens > self.pool_tokens else
+                 f"take {tokens:,} of each replica's {self.pool_tokens:,} KV-cache tokens, leaving less than "
+                 f"plan.kv_headroom {self.headroom:g} for sequences longer than expected")
         return (f"{self.configured_name} is more than the {self.chosen} the plan would choose: {self.configured} "
-                f"sequences of {self.expected:,} expected tokens ({self.phase}) take {self.configured * self.expected:,} "
-                f"of each replica's {self.pool_tokens:,} KV-cache tokens, leaving less than plan.kv_headroom "
-                f"{self.headroom:g} for sequences longer than expected: vLLM preempts (recomputes) sequences when its "
-                f"blocks run out; set inference.vllm_engine_args.max_num_seqs={self.chosen}")
+                f"sequences of {self.expected:,} expected tokens ({self.phase}) {short}: vLLM preempts (recomputes) "
+                f"sequences when its blocks run out; set inference.vllm_engine_args.max_num_seqs={self.chosen}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"pool_tokens": self.pool_tokens, "configured": self.configured, "chosen": self.chosen,

@@ -183,6 +183,8 @@ def test_40gb_gpus_are_refused_for_the_learners_and_warned_for_the_engines(qwen7
     assert len(plan.warnings) == 1 and plan.warnings[0].startswith(
         f"inference.vllm_engine_args.max_num_seqs=291 is more than the {plan.kv.chosen} the plan would choose")
     assert plan.kv.chosen < 291 and f"set inference.vllm_engine_args.max_num_seqs={plan.kv.chosen}" in plan.warnings[0]
+    assert f"(propose) need 446,976 KV-cache tokens, more than the {plan.kv.pool_tokens:,} each replica holds" in (
+        plan.warnings[0])  # 291 x 1,536: more than the whole cache, not only its headroom
 
 
 # A decoder small enough to count by hand: q, k, v, o 64 x 64, gate/up/down 64 x 128 per layer, 2 layers, one KV head
@@ -196,8 +198,8 @@ SMALL_GPU = 2 * (SMALL_FIXED + 40 * 262_944 + 100_000)  # budget 0.5 x this: F +
 
 
 def small_vllm(*overrides: str):
-    """One vLLM replica of the tiny preset's shape on SMALL: 2 adapters, longest expected sequence 64 + 192 = 256 tokens
-    (solve; propose 100 + 28)."""
+    """One vLLM replica (on a GPU, the learners on CPU) of the tiny preset's shape on SMALL: 2 adapters, longest expected
+    sequence 64 + 192 = 256 tokens (solve; propose 100 + 28)."""
     return load_config(None, [
         "model.dtype=bfloat16", "lora.target_modules=[q_proj]", "population.teachers=1", "population.students=1",
         "inference.backend=vllm", "resources.inference_gpus=1", "resources.learner_gpus=0",
