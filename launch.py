@@ -28,7 +28,8 @@ from configs import Config, ConfigError, dump_config, load_config
 from planning.memory_plan import HostView, with_resolved_checkpointing
 from planning.placement import ClusterView
 from planning.run_plan import RunPlan, plan_run
-from planning.time_plan import Lengths, RunRecordError, lengths_from_run, measured_phase_seconds
+from planning.lengths import Lengths, RunRecordError, lengths_from_run
+from planning.time_plan import measured_phase_seconds
 from reporting.run_dir import RunDirectory
 
 
@@ -256,6 +257,8 @@ def run_or_plan(args: argparse.Namespace, config: Config) -> int:
         print(memory.render(), file=sys.stderr)
         print(memory.verdict(), file=sys.stderr)
         return 1
+    for warning in memory.warnings:  # runs, but slower than planned
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     if not args.quiet:
         print(memory.verdict(), flush=True)
     short = run_plan.missing_resources()

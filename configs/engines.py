@@ -22,11 +22,13 @@ class EngineTraits:
     prefix_cache: bool  # computes a prompt's prefill once for its n samples (the time plan's prefill work)
     tensor_parallel: bool  # one replica can span several GPUs (resources.tensor_parallel_size > 1)
     own_time_constants: bool  # the time plan has measured rates for it; otherwise it borrows vLLM's (a lower bound)
+    paged_kv_cache: bool = False  # allocates KV cache in blocks as tokens are generated (vLLM's PagedAttention): its
+    # concurrency is what the expected lengths fill, not max_model_len per sequence; otherwise its batch decodes at once
 
 
 ENGINES: dict[str, EngineTraits] = {
     "vllm": EngineTraits("vllm", "vLLM engine", budgeted_memory=True, sleep_mode=True, prefix_cache=True,
-                         tensor_parallel=True, own_time_constants=True),
+                         tensor_parallel=True, own_time_constants=True, paged_kv_cache=True),
     "hf": EngineTraits("hf", "transformers engine", budgeted_memory=False, sleep_mode=False, prefix_cache=False,
                        tensor_parallel=False, own_time_constants=False),
 }

@@ -441,6 +441,12 @@ class PlanConfig(Section):
     solve_prompt_tokens: int = Field(512, ge=1, le=262_144, description="Expected tokens of a student's prompt.")
     answer_tokens: int = Field(1024, ge=1, le=262_144, description="Expected new tokens of an answer.")
     valid_fraction: float = Field(0.7, gt=0, le=1, description="Expected fraction of proposals that are valid.")
+    kv_headroom: float = Field(
+        0.5, ge=0, le=0.9,
+        description="Fraction of each vLLM replica's paged KV cache the planned max_num_seqs leaves free for sequences "
+        "longer than expected (up to model.max_seq_len), so that they run without preemption: the plan's max_num_seqs "
+        "fills the rest with sequences of the expected lengths (planning/memory_plan.py).",
+    )
     constants: dict[str, float] = Field(
         default_factory=dict,
         description="Overrides of the time plan's constants, '<kind>.<name>' or 'host.<name>' (planning/time_constants.py), "

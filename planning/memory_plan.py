@@ -60,10 +60,24 @@ measurements, checked in CI): on CUDA one checkpointed layer's backward took 9-2
 28 layers; the cause is not identified), and both devices keep a 2% margin so that a plan that says "fits"
 is never under a measured peak.
 
-**Inference replica (vLLM), per GPU**: of ``gpu_memory_utilization`` x capacity, the weights, the LoRA slot
-buffers ``max_loras x max_lora_rank x sum (d_in + d_out) x L x b``, the forward workspace at
-``max_num_batched_tokens`` and the sampler's logits, CUDA graphs; what remains must hold the KV cache of
-``max_num_seqs`` sequences of ``max_model_len`` tokens, ``2 x kv_heads x d x b x L`` bytes per token.
+**Inference replica (vLLM), per GPU**: of its budget B = ``gpu_memory_utilization`` x capacity, a fixed part F (the
+weights, the LoRA slot buffers ``max_loras x max_lora_rank x sum (d_in + d_out) x L x b``, the forward workspace at
+``max_num_batched_tokens``, CUDA graphs) and the sampler's logits, ``8 V`` bytes (two float32 rows) per sequence of
+``max_num_seqs`` m. The rest is the KV cache, ``kv = 2 x kv_heads x d x b x L / tp`` bytes per token and GPU; it is paged
+(PagedAttention: blocks are allocated as a sequence grows), so it holds P = (B - F - 8 V m) / kv tokens of whichever
+sequences run, not ``max_model_len`` for each (:class:`PagedKV`):
+
+- E is the longest expected sequence (prompt + new tokens) of the engine's phases (``planning.lengths.sequence_tokens``:
+  ``plan.*``, or the lengths a run recorded with ``--dry-run --from-run``);
+- the row counts the tokens in flight, min(m, P // E) sequences of E tokens (at least one sequence of
+  ``max_model_len``); the rest of the budget (vLLM fills it with blocks too) is the room for sequences longer than
+  expected. A budgeted engine whose traits say its cache is not paged reserves ``max_model_len`` for each of m;
+- the row refuses only where P < ``max_model_len``: vLLM does not start unless one sequence of the longest fits;
+- the plan's ``max_num_seqs`` S = min(``max_num_batched_tokens``, floor((B - F) / (E kv / (1 - h) + 8 V))), h =
+  ``plan.kv_headroom``: S sequences of E tokens fill (1 - h) of the cache they leave. A configured m > S is a warning
+  naming S (vLLM preempts, recomputing sequences, when the blocks run out), not a refusal;
+- in a phase of n sequences of t expected tokens a replica decodes c = max(1, min(n, m, P // t)) at once, in
+  ceil(n / c) waves (the time plan's decode).
 
 **Inference replica (the transformers engine, ``inference.backend: hf``), per GPU**: no budget and no sleep mode;
 what it holds, all of it counted as resident (:func:`hf_engine_items`):
@@ -118,6 +132,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from planning.lengths import Lengths, lengths_from_config, sequence_tokens
 from planning.placement import PlacementPlan, planned_engine
 from configs.schema import Config
 
@@ -404,6 +419,7 @@ class MemoryPlan:
     capacity_source: str
     activation_checkpointing: bool
     max_micro_batch_tokens: int | None = None
+    kv: PagedKV | None = None  # the vLLM replicas' paged KV cache (None: no such replica on a GPU)
 
     @property
     def fits(self) -> bool:
@@ -429,7 +445,15 @@ class MemoryPlan:
                          f"headroom {row.headroom / GiB:7.2f} GiB  {row.note}".rstrip())
             for name, nbytes in row.items.items():
                 lines.append(f"{'':<12}{nbytes / GiB:8.2f} GiB  {name}")
+        if self.kv is not None:
+            lines.append(self.kv.summary())
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What runs but slower than planned (a ``max_num_seqs`` that risks preemption); never a refusal."""
+        return [w for w in (self.kv.warning() if self.kv else None,) if w]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -438,6 +462,8 @@ class MemoryPlan:
             "activation_checkpointing": self.activation_checkpointing,
             "devices": [{"device": r.device, "capacity": r.capacity, "need": r.need, "headroom": r.headroom,
                          "items": r.items, "note": r.note, "checked": r.checked} for r in self.rows],
+            "max_num_seqs": self.kv.to_dict() if self.kv else None,
+            "warnings": self.warnings,
         }
 
 
@@ -536,7 +562,7 @@ def _colocated_generating_rows(config: Config, dims: ModelDims, placement: Place
     footprint) beside the learners' resident state (module docstring)."""
     if not planned_engine(config, on_gpus=True).budgeted_memory:
         return _colocated_hf_generating_rows(config, dims, placement, gpu_bytes, checkpointing)
-    util = _engine_budget(config, dims, gpu_bytes)[1]
+    util = _engine_utilization(config)
     base = dims.base_params() * DTYPE_BYTES[config.model.dtype]
     rows = []
     for gpu, learners in _gpu_learners(config, placement).items():
@@ -630,42 +656,145 @@ def _hf_knob(config: Config, placement: PlacementPlan, colocated: bool) -> str:
                    else ", or use GPUs with more memory")
 
 
-def _engine_budget(config: Config, dims: ModelDims, gpu_bytes: int) -> tuple[dict[str, int], float, str]:
-    """One vLLM replica's items, its budget fraction, and the knob naming how many sequences fit ``gpu_bytes``."""
+def _engine_utilization(config: Config) -> float:
+    return float(config.inference.vllm_engine_args.get("gpu_memory_utilization", VLLM_DEFAULT_UTILIZATION))
+
+
+def _engine_max_num_seqs(config: Config) -> int:
+    return int(config.inference.vllm_engine_args.get("max_num_seqs", VLLM_DEFAULT_MAX_NUM_SEQS))
+
+
+def _sampler_bytes_per_seq(dims: ModelDims) -> int:
+    """The sampler's logits of one sequence: two float32 rows of the vocabulary, 8 V."""
+    return 2 * dims.vocab * 4
+
+
+def _engine_fixed_items(config: Config, dims: ModelDims, seqs: int) -> dict[str, int]:
+    """One vLLM replica's bytes per GPU besides its KV cache, with ``seqs`` sequences' sampler logits."""
     args = config.inference.vllm_engine_args
     b = DTYPE_BYTES[config.model.dtype]
     tp = config.resources.tensor_parallel_size
-    util = float(args.get("gpu_memory_utilization", VLLM_DEFAULT_UTILIZATION))
-    seqs = int(args.get("max_num_seqs", VLLM_DEFAULT_MAX_NUM_SEQS))
-    max_len = int(args.get("max_model_len", config.model.max_seq_len))
     batched = int(args.get("max_num_batched_tokens", VLLM_DEFAULT_BATCHED_TOKENS))
     adapters = 1 if config.population.single_agent else config.population.teachers + config.population.students
     max_loras = int(args.get("max_loras", adapters))
     from inference.vllm_engine import vllm_lora_rank  # imports neither vLLM nor Ray
 
     rank = vllm_lora_rank(config.lora.rank)
-    kv_token = kv_bytes_per_token(dims, b)
     h, f = dims.hidden, dims.intermediate
     items = {
         "weights": dims.base_params() * b // tp,
         f"LoRA slots ({max_loras} x rank {rank})": max_loras * lora_params(dims, rank, config.lora.target_modules) * b // tp,
         f"forward workspace ({batched} batched tokens) + sampler logits ({seqs} x V fp32)":
-            batched * (4 * h + 3 * f) * b // tp + 2 * seqs * dims.vocab * 4,
-        f"KV cache: {seqs} seqs x {max_len} tokens x {kv_token // 1024} KiB": seqs * max_len * kv_token // tp,
+            batched * (4 * h + 3 * f) * b // tp + seqs * _sampler_bytes_per_seq(dims),
     }
     if not args.get("enforce_eager", False):
         items["CUDA graphs"] = CUDA_GRAPHS_BYTES
-    fixed = sum(v for k, v in items.items() if not k.startswith("KV cache"))
-    fit_seqs = max(0, int((util * gpu_bytes - fixed) // (max_len * kv_token / tp)))
-    knob = (f"lower inference.vllm_engine_args.max_num_seqs (at most {fit_seqs} sequences of {max_len} tokens fit) "
-            "or model.max_seq_len, or raise inference.vllm_engine_args.gpu_memory_utilization")
-    return items, util, knob
+    return items
 
 
-def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int) -> list[DeviceRow]:
+@dataclass(frozen=True)
+class PagedKV:
+    """One vLLM replica's paged KV cache and the decode concurrency it allows (module docstring)."""
+
+    pool_tokens: int  # P: tokens the cache holds at the configured max_num_seqs
+    configured: int  # m: the max_num_seqs the engine runs with
+    configured_set: bool  # m is inference.vllm_engine_args.max_num_seqs (else vLLM's default)
+    chosen: int  # S: the plan's max_num_seqs
+    expected: int  # E: expected tokens (prompt + new) of the longest phase's sequence
+    phase: str  # the phase of E
+    longest: int  # max_model_len: the longest sequence vLLM admits
+    headroom: float  # h: plan.kv_headroom
+    source: str  # where the expected lengths come from
+
+    def running(self, sequences: int, tokens: int) -> int:
+        """c = max(1, min(n, m, P // t)): sequences decoded at once in a phase of n sequences of t expected tokens."""
+        return max(1, min(sequences, self.configured, self.pool_tokens // max(1, tokens)))
+
+    def waves(self, sequences: int, tokens: int) -> int:
+        """ceil(n / c): how many times a replica's phase fills its running sequences (0 without sequences)."""
+        return -(-sequences // self.running(sequences, tokens)) if sequences > 0 else 0
+
+    @property
+    def configured_name(self) -> str:
+        return (f"inference.vllm_engine_args.max_num_seqs={self.configured}" if self.configured_set
+                else f"max_num_seqs {self.configured} (vLLM's default)")
+
+    def summary(self) -> str:
+        """The dry run's line: the configured and the planned max_num_seqs, and what the plan's rests on."""
+        return (f"max_num_seqs: {self.configured_name}; the plan's {self.chosen}: each vLLM replica's paged KV cache holds "
+                f"{self.pool_tokens:,} tokens, {1 - self.headroom:g} of them (plan.kv_headroom {self.headroom:g}) for "
+                f"sequences of {self.expected:,} expected tokens ({self.phase}, the longest phase; lengths from "
+                f"{self.source})")
+
+    def warning(self) -> str | None:
+        """Where m > S: the preemption risk and the value the plan would choose (no refusal: vLLM preempts)."""
+        if self.configured <= self.chosen:
+            return None
+        tokens = self.configured * self.expected
+        short = (f"need {tokens:,} KV-cache tokens, more than the {self.pool_tokens:,} each replica holds"
+                 if tokens > self.pool_tokens else
+                 f"take {tokens:,} of each replica's {self.pool_tokens:,} KV-cache tokens, leaving less than "
+                 f"plan.kv_headroom {self.headroom:g} for sequences longer than expected")
+        return (f"{self.configured_name} is more than the {self.chosen} the plan would choose: {self.configured} "
+                f"sequences of {self.expected:,} expected tokens ({self.phase}) {short}: vLLM preempts (recomputes) "
+                f"sequences when its blocks run out; set inference.vllm_engine_args.max_num_seqs={self.chosen}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pool_tokens": self.pool_tokens, "configured": self.configured, "chosen": self.chosen,
+                "expected_tokens": self.expected, "phase": self.phase, "headroom": self.headroom}
+
+
+def paged_kv(config: Config, dims: ModelDims, gpu_bytes: int, lengths: Lengths | None = None) -> PagedKV:
+    """One vLLM replica's KV cache on GPUs of ``gpu_bytes`` (module docstring):
+    P = (B - F - 8 V m) / kv and S = min(max_num_batched_tokens, floor((B - F) / (E kv / (1 - h) + 8 V)));
+    ``lengths``: a run's recorded lengths, else the config's ``plan.*``."""
+    lengths = lengths or lengths_from_config(config)
+    args = config.inference.vllm_engine_args
+    seqs = _engine_max_num_seqs(config)
+    budget = _engine_utilization(config) * gpu_bytes
+    fixed = sum(_engine_fixed_items(config, dims, 0).values())
+    kv = kv_bytes_per_token(dims, DTYPE_BYTES[config.model.dtype]) / config.resources.tensor_parallel_size
+    per_seq = _sampler_bytes_per_seq(dims)
+    phase, expected = max(sequence_tokens(config, lengths).items(), key=lambda item: item[1])
+    h = config.plan.kv_headroom
+    batched = int(args.get("max_num_batched_tokens", VLLM_DEFAULT_BATCHED_TOKENS))
+    chosen = max(1, min(batched, math.floor((budget - fixed) / (expected * kv / (1 - h) + per_seq))))
+    return PagedKV(
+        pool_tokens=max(0, math.floor((budget - fixed - per_seq * seqs) / kv)), configured=seqs,
+        configured_set="max_num_seqs" in args, chosen=chosen, expected=expected, phase=phase,
+        longest=int(args.get("max_model_len", config.model.max_seq_len)), headroom=h, source=lengths.source,
+    )
+
+
+def _engine_budget(config: Config, dims: ModelDims, gpu_bytes: int,
+                   lengths: Lengths | None = None) -> tuple[dict[str, int], float, str]:
+    """One vLLM replica's items (its KV cache: the tokens in flight, :class:`PagedKV`), its budget fraction, and the
+    knob for a replica that does not fit ``gpu_bytes``."""
+    kv = paged_kv(config, dims, gpu_bytes, lengths)
+    items = _engine_fixed_items(config, dims, kv.configured)
+    kv_token = kv_bytes_per_token(dims, DTYPE_BYTES[config.model.dtype]) / config.resources.tensor_parallel_size
+    if not planned_engine(config, on_gpus=True).paged_kv_cache:  # a contiguous cache: max_model_len for every sequence
+        items[f"KV cache: {kv.configured} seqs x {kv.longest} tokens x {kv_token / 1024:g} KiB"] = (
+            int(kv.configured * kv.longest * kv_token))
+        return items, _engine_utilization(config), ("lower inference.vllm_engine_args.max_num_seqs or model.max_seq_len, "
+                                                    "or raise inference.vllm_engine_args.gpu_memory_utilization")
+    running = kv.running(kv.configured, kv.expected)
+    if running * kv.expected >= kv.longest:
+        items[f"KV cache in flight (paged): {running} seqs x {kv.expected} expected tokens x {kv_token / 1024:g} KiB"] = (
+            int(running * kv.expected * kv_token))
+    else:
+        items[f"KV cache (paged): one sequence of {kv.longest} tokens, the least vLLM starts with"] = int(kv.longest * kv_token)
+    knob = (f"lower model.max_seq_len (vLLM starts only if its KV cache holds one sequence of {kv.longest} tokens; it "
+            f"holds {kv.pool_tokens:,}) or inference.vllm_engine_args.max_num_batched_tokens, or raise "
+            "inference.vllm_engine_args.gpu_memory_utilization")
+    return items, _engine_utilization(config), knob
+
+
+def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int,
+                    lengths: Lengths | None = None) -> list[DeviceRow]:
     if not planned_engine(config, on_gpus=True).budgeted_memory:
         return _hf_inference_rows(config, dims, placement, gpu_bytes)
-    items, util, knob = _engine_budget(config, dims, gpu_bytes)
+    items, util, knob = _engine_budget(config, dims, gpu_bytes, lengths)
     rows = []
     for actor in placement.by_role("inference"):
         if not actor.gpu_ids:
@@ -673,7 +802,8 @@ def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, g
         rows.append(DeviceRow(
             f"GPU {actor.gpu_ids[0]}" + (f"-{actor.gpu_ids[-1]}" if len(actor.gpu_ids) > 1 else "")
             + (" engine" if placement.colocated else ""),
-            int(util * gpu_bytes), dict(items), note=f"{actor.name} (vLLM budget: {util:g} x capacity)", knob=knob,
+            int(util * gpu_bytes), dict(items), knob=knob,
+            note=f"{actor.name} (vLLM budget: {util:g} x capacity; its headroom is KV cache for longer sequences)",
         ))
     return rows
 
@@ -716,7 +846,7 @@ def _host_row(config: Config, dims: ModelDims, placement: PlacementPlan, host: H
 
 def _pinned_row(config: Config, dims: ModelDims, placement: PlacementPlan, host: HostView) -> DeviceRow:
     """Colocated GPUs: the sleeping engines' weights and LoRA slots in pinned host RAM (module docstring)."""
-    items = _engine_budget(config, dims, host.ram_bytes)[0]
+    items = _engine_fixed_items(config, dims, _engine_max_num_seqs(config))
     pinned = sum(v for k, v in items.items() if k == "weights" or k.startswith("LoRA slots"))
     row = DeviceRow("host RAM", host.ram_bytes,
                     {f"{a.name}: weights + LoRA slots, pinned while asleep": pinned for a in placement.by_role("inference")},
@@ -729,14 +859,17 @@ def _pinned_row(config: Config, dims: ModelDims, placement: PlacementPlan, host:
 
 
 def plan_memory(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int, host: HostView,
-                capacity_source: str = "config", checkpointing: bool | None = None) -> MemoryPlan:
-    """The plan of ``config``; ``checkpointing=None`` resolves ``rl.activation_checkpointing`` (auto: on iff needed)."""
+                capacity_source: str = "config", checkpointing: bool | None = None,
+                lengths: Lengths | None = None) -> MemoryPlan:
+    """The plan of ``config``; ``checkpointing=None`` resolves ``rl.activation_checkpointing`` (auto: on iff needed);
+    ``lengths``: the expected lengths the vLLM replicas' concurrency is sized from (None: the config's ``plan.*``)."""
     if checkpointing is None:
         setting = config.rl.activation_checkpointing
         checkpointing = setting == "on" or (
-            setting == "auto" and not plan_memory(config, dims, placement, gpu_bytes, host, capacity_source, False).fits
+            setting == "auto"
+            and not plan_memory(config, dims, placement, gpu_bytes, host, capacity_source, False, lengths).fits
         )
-    rows = _inference_rows(config, dims, placement, gpu_bytes)
+    rows = _inference_rows(config, dims, placement, gpu_bytes, lengths)
     rows += _learner_rows(config, dims, placement, checkpointing, gpu_bytes)
     if placement.colocated:
         rows += _colocated_generating_rows(config, dims, placement, gpu_bytes, checkpointing)
@@ -746,6 +879,9 @@ def plan_memory(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_b
     if placement.colocated and planned_engine(config, on_gpus=True).sleep_mode:
         rows.append(_pinned_row(config, dims, placement, host))
     plan = MemoryPlan(rows, capacity_source, checkpointing)
+    engine = planned_engine(config, on_gpus=True)
+    if engine.budgeted_memory and engine.paged_kv_cache and any(a.gpu_ids for a in placement.by_role("inference")):
+        plan.kv = paged_kv(config, dims, gpu_bytes, lengths)
     plan.max_micro_batch_tokens = max_micro_batch_tokens(config, dims, placement, gpu_bytes, checkpointing)
     if plan.max_micro_batch_tokens is not None:
         for row in rows:
@@ -782,8 +918,9 @@ def with_resolved_checkpointing(config: Config, plan: MemoryPlan) -> Config:
 
 
 __all__ = [
-    "ALLOCATOR_MARGIN", "HostView", "LAYER_BACKWARD_FACTOR", "LearnerShape", "MemoryPlan", "ModelDims", "PlanInputError",
+    "ALLOCATOR_MARGIN", "HostView", "LAYER_BACKWARD_FACTOR", "LearnerShape", "MemoryPlan", "ModelDims", "PagedKV",
+    "PlanInputError",
     "RELEASE_RETAINED_FRACTION", "HF_MAX_BATCH_ROWS", "hf_batch_rows", "hf_engine_items", "kv_bytes_per_token", "layer_saved_bytes", "learner_components", "learner_peak",
-    "learner_resident_bytes", "step_peak_bytes", "load_model_dims", "lora_params", "plan_memory",
+    "learner_resident_bytes", "step_peak_bytes", "load_model_dims", "lora_params", "paged_kv", "plan_memory",
     "with_resolved_checkpointing",
 ]

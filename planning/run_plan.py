@@ -14,8 +14,9 @@ from planning.memory_plan import GiB, HostView, MemoryPlan, PlanInputError, load
 from planning.placement import ClusterView, PlacementPlan, plan_placement
 from planning.constants_file import ConstantsFileError, constants_for, read_constants_file
 from planning.time_constants import DEVICE_KINDS, HOST, ConstantsError, with_overrides
-from planning.time_plan import (ClusterError, Layout, LayoutChoice, Lengths, choose_layout, cluster_of,
-                                config_layout, lengths_from_config)
+from planning.lengths import Lengths, lengths_from_config
+from planning.time_plan import (ClusterError, Layout, LayoutChoice, choose_layout, cluster_of, config_layout,
+                                described_gpu_bytes)
 
 DEFAULT_GPU_GIB = 80.0
 
@@ -77,7 +78,7 @@ def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | N
     gpu_bytes, source = gpu_capacity(config, view, cluster)
     try:
         dims = load_model_dims(config)
-        plan.memory = plan_memory(config, dims, placement, gpu_bytes, host, source)
+        plan.memory = plan_memory(config, dims, placement, gpu_bytes, host, source, lengths=lengths)
     except PlanInputError as exc:
         plan.memory_problem = plan.time_problem = str(exc)
         return plan
@@ -101,9 +102,7 @@ def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | N
                              f"has {described.gpus} ({described.gpus_per_node} per node): "
                              "lower resources.inference_gpus / resources.learner_gpus / resources.tensor_parallel_size "
                              "or describe a larger cluster (--cluster, plan.nodes, plan.gpus_per_node)")
-    kind = kinds.get(described.kind)
-    capacity = (int(config.resources.gpu_memory_gib * GiB) if config.resources.gpu_memory_gib
-                else int((kind.memory_gib if kind else 80.0) * GiB))
+    capacity = described_gpu_bytes(config, kinds.get(described.kind))
     checkpointing = plan.memory.activation_checkpointing
 
     def unfit(candidate: Layout, data_parallel: bool) -> str | None:
@@ -112,7 +111,8 @@ def plan_run(config: Config, view: ClusterView, host: HostView, cluster: str | N
                                                              "learner_gpus": candidate.learners,
                                                              "colocated": candidate.colocated}),
             "rl": config.rl.model_copy(update={"data_parallel": data_parallel})})
-        memory = plan_memory(resized, dims, plan_placement(resized), capacity, host, "the described GPUs", checkpointing)
+        memory = plan_memory(resized, dims, plan_placement(resized), capacity, host, "the described GPUs", checkpointing,
+                             lengths)
         return None if memory.fits else memory.verdict()
 
     plan.time = choose_layout(config, dims, described, lengths or lengths_from_config(config), unfit, kinds, host_rates,

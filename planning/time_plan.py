@@ -1,8 +1,8 @@
 """The time plan: expected seconds of every phase of a step on each device group, for a described cluster.
 
 Pure arithmetic beside the memory plan (no Ray, no torch): from the config, the model's widths
-(``planning.memory_plan.ModelDims``), the expected lengths (``plan.*`` config keys or a finished run's
-``metrics.jsonl``) and the rates of ``planning.time_constants``. The cluster is described, not probed: the
+(``planning.memory_plan.ModelDims``), the expected lengths (``planning.lengths``: ``plan.*`` config keys or a
+finished run's ``metrics.jsonl``) and the rates of ``planning.time_constants``. The cluster is described, not probed: the
 dry run on a laptop plans the 8-GPU node the config names (``--cluster 2x8xH100`` plans others).
 
 Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fraction v and k rollouts:
@@ -10,11 +10,16 @@ Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fract
     proposals  n_p = T x tasks_per_teacher            rollouts  n_s = n_p x v x k
     teacher tokens  n_p (prompt_p + proposal)         student tokens  n_s (prompt_s + answer)
 
-- **generation** on R = inference GPUs / tp replicas, the requests split evenly (``System.generate``):
-  prefill ``2 N x prompt tokens / (peak x prefill_mfu)`` (a student prompt prefilled once for its k rollouts
-  on vLLM, whose prefix cache shares it; once per row on the transformers engine), decode
-  ``2 N x new tokens / (peak x decode_mfu x (1 - lora_overhead))`` plus the tail: the longest row decodes
-  ``max_tokens`` steps, each reading every weight once (``weight bytes / memory bandwidth``);
+- **generation** on R = inference GPUs / tp replicas, the requests split evenly (``System.generate``: ceil(requests
+  / R) to each replica in turn, the last fewer): prefill ``2 N x prompt tokens / (peak x prefill_mfu)`` (a student
+  prompt prefilled once for its k rollouts on vLLM, whose prefix cache shares it; once per row on the transformers
+  engine), decode ``2 N x new tokens / (peak x decode_mfu x (1 - lora_overhead))`` plus the steps: each decode step
+  reads every weight once (``weight bytes / memory bandwidth``), and the busiest replica takes
+  ``(W - 1) x new + max_tokens`` of them. Its n sequences of a phase decode c at once, in W = ceil(n / c) waves: with
+  a paged KV cache c = max(1, min(n, max_num_seqs, P // t)), P the tokens the cache holds and t the phase's expected
+  tokens per sequence (``planning.memory_plan.PagedKV``); the transformers engine decodes all n at once (W = 1).
+  Continuous batching refills a slot as its sequence ends, so each wave but the last takes the expected new tokens
+  and the last the longest row's ``max_tokens`` (W = 1: the longest row alone);
 - **verification**: executions (a proposal runs twice, a code_f one per input; an answer once per hidden
   input) / (tasks per core-second x the verifiers' cores);
 - **training** on the learner GPUs: each GPU trains the members placed on it (member i on shard i mod shards,
@@ -28,7 +33,8 @@ Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fract
   one object-store copy: members x (bytes / bandwidth + one swap);
 - **league** (constant), **evolution** (two children every E steps, seconds per child proportional to its
   parameters), **checkpoint** (adapters + AdamW state every ``checkpoint_every`` steps), **evaluation**
-  (every ``eval.every`` steps: each benchmark problem decoded by every member and the base).
+  (every ``eval.every`` steps: each benchmark problem decoded by every member and the base, every answer
+  ``eval.max_tokens`` long: ``W x eval.max_tokens`` steps, the benchmarks' calls counted as one).
 
 The phases run in turn (``actors/loop.py``), so the step is their sum and a group's busy fraction is its
 phases' seconds over the step; the critical phase is the longest. Colocated layouts (``resources.colocated``)
@@ -75,7 +81,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from planning.memory_plan import DTYPE_BYTES, EVAL_PROBLEMS_DEFAULT, ModelDims, lora_params
+from planning.lengths import Lengths, RunRecordError, lengths_from_config, lengths_from_run, sequence_tokens
+from planning.memory_plan import DTYPE_BYTES, EVAL_PROBLEMS_DEFAULT, GiB, ModelDims, PagedKV, lora_params, paged_kv
 from configs.engines import engine_traits
 from planning.placement import planned_engine
 from planning.time_constants import DEVICE_KINDS, HOST, DeviceKind, HostConstants, Sourced
@@ -118,18 +125,6 @@ class Cluster:
 
 
 @dataclass(frozen=True)
-class Lengths:
-    """Expected tokens per sequence and the expected valid fraction of proposals."""
-
-    propose_prompt: int
-    proposal: int
-    solve_prompt: int
-    answer: int
-    valid_fraction: float
-    source: str = "config (plan.*)"
-
-
-@dataclass(frozen=True)
 class Layout:
     """How the GPUs are split: ``inference`` GPUs for engines (tp each), ``learners`` GPUs for learner pairs;
     colocated: every GPU holds both and the phases take them in turn."""
@@ -167,6 +162,25 @@ class Phase:
     group: str  # "inference", "learners", "verifiers", "host"
     seconds: float
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    """One generation phase on one engine replica: its sequences and how many of them it decodes at once."""
+
+    phase: str
+    sequences: int
+    running: int
+
+    @property
+    def waves(self) -> int:
+        """W = ceil(n / c), 0 without sequences."""
+        return -(-self.sequences // self.running) if self.sequences else 0
+
+    def describe(self) -> str:
+        if self.running >= self.sequences:
+            return f"{self.phase} {self.sequences} sequences, all at once"
+        return f"{self.phase} {self.sequences} sequences, {self.running} at once ({self.waves} waves)"
 
 
 GENERATION_PHASES = ("league", "propose", "validate", "solve", "judge")  # actors.loop.generate_rollouts
@@ -247,6 +261,8 @@ class TimePlan:
     engine: str = "vllm"  # the name of the engine the plan assumes (planned_engine; configs.engines)
     notes: list[str] = field(default_factory=list)  # what the reader must know of how a phase was planned
     generation_lower_bound: bool = False  # the transformers engine on a GPU at vLLM's rates (notes say so)
+    loads: dict[str, list[ReplicaLoad]] = field(default_factory=dict)  # generation phase -> each replica's load
+    kv: PagedKV | None = None  # each replica's paged KV cache (None: the engine does not page it, or on CPU)
 
     @property
     def mode(self) -> "RunMode":
@@ -321,7 +337,22 @@ class TimePlan:
         if self.missing:
             lines.append("constants missing: " + "; ".join(self.missing) + " (set plan.constants to plan those phases)")
         lines += [f"note: {note}" for note in self.notes]
-        return "\n".join(lines)
+        return "\n".join(lines + self.concurrency_lines())
+
+    def concurrency_lines(self) -> list[str]:
+        """What each replica decodes at once in each phase (a paged KV cache only), identical replicas folded."""
+        if self.kv is None or not self.loads:
+            return []
+        groups: list[list] = []  # [first replica, last replica, its phases]
+        for i, loads in enumerate(zip(*self.loads.values())):
+            text = "; ".join(load.describe() for load in loads)
+            if groups and groups[-1][2] == text:
+                groups[-1][1] = i
+            else:
+                groups.append([i, i, text])
+        return ([f"# decode concurrency per replica ({self.kv.configured_name}; each replica's paged KV cache holds "
+                 f"{self.kv.pool_tokens:,} tokens)"]
+                + [f"replica {first}{'' if first == last else f'-{last}'}: {text}" for first, last, text in groups])
 
     def overlap_line(self) -> str:
         o = self.overlap()
@@ -340,6 +371,8 @@ class TimePlan:
             "phases": {p.name: round(p.seconds, 4) for p in self.phases}, "tokens": self.tokens,
             "lengths": self.lengths.__dict__, "missing": self.missing, "overlap": self.overlap().to_dict(),
             "engine": self.engine, "notes": self.notes,
+            "decode_concurrency": {phase: [[load.sequences, load.running] for load in loads]
+                                   for phase, loads in self.loads.items()} if self.kv else None,
         }
 
 
@@ -425,6 +458,37 @@ def gradient_exchange_bytes(config: Any, dims: ModelDims, shards: int) -> float:
     return sum(m + shards - 1 for m in members) * 4.0 * lora_params(dims, config.lora.rank, config.lora.target_modules)
 
 
+def described_gpu_bytes(config: Any, kind: DeviceKind | None) -> int:
+    """Bytes per GPU of the described cluster: ``resources.gpu_memory_gib``, else the kind's memory, else 80 GiB."""
+    return int((config.resources.gpu_memory_gib or (kind.memory_gib if kind else 80.0)) * GiB)
+
+
+def eval_problems(config: Any) -> int:
+    """Benchmark problems of one evaluation, every benchmark together (``eval.limit`` of each, or HumanEval's size)."""
+    return (config.eval.limit or EVAL_PROBLEMS_DEFAULT) * max(1, len(config.eval.benchmarks))
+
+
+def replica_sequences(requests: int, replicas: int, per_request: int) -> list[int]:
+    """Sequences of each replica: ``System.generate`` gives each ceil(requests / replicas) requests in turn (the last
+    fewer), each request ``per_request`` sequences (a student's k rollouts)."""
+    size = -(-requests // replicas)
+    return [per_request * max(0, min(size, requests - i * size)) for i in range(replicas)]
+
+
+def replica_loads(config: Any, work: Workload, lengths: Lengths, replicas: int,
+                  kv: PagedKV | None) -> dict[str, list[ReplicaLoad]]:
+    """Each generation phase on each replica: the expected requests split as ``System.generate`` splits them, decoded
+    ``kv.running`` at once with a paged KV cache (module docstring), else all at once."""
+    tokens = sequence_tokens(config, lengths)
+    k = config.tasks.rollouts_k
+    requests = {"propose": (round(work.proposals), 1), "solve": (round(work.rollouts / k), k)}
+    if config.eval.every:
+        requests["evaluate"] = (eval_problems(config) * (config.population.adapters + 1), 1)
+    return {phase: [ReplicaLoad(phase, n, kv.running(n, tokens[phase]) if kv else max(1, n))
+                    for n in replica_sequences(count, replicas, per)]
+            for phase, (count, per) in requests.items()}
+
+
 def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, lengths: Lengths,
               kinds: dict[str, DeviceKind] | None = None, host: HostConstants | None = None,
               checkpointing: bool = True, learner_cores: float | None = None) -> TimePlan:
@@ -452,34 +516,45 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
             return None
         return kind
 
-    # generation: the step's requests split evenly over the replicas
+    # generation: the step's requests split evenly over the replicas, each decoding what its KV cache allows at once
     gen = rate("generation", GENERATION_NEEDS)
     replicas = layout.replicas
     tp = layout.tp if cluster.gpus else 1
+    kv = (paged_kv(config, dims, described_gpu_bytes(config, kind), lengths)
+          if engine.paged_kv_cache and cluster.gpus else None)
+    loads = replica_loads(config, work, lengths, replicas, kv)
+    waves = {phase: max(1, max(load.waves for load in per_replica)) for phase, per_replica in loads.items()}
     propose_s = solve_s = 0.0
     if gen is not None:
         peak = gen.peak_flops.value * tp
         prefill_rate = peak * gen.prefill_mfu.value / (2 * n)
         decode_rate = peak * gen.decode_mfu.value * (1 - gen.lora_decode_overhead.value) / (2 * n)
         step_latency = n * b / (gen.memory_bandwidth.value * tp)
-        max_new = config.inference.max_tokens
 
-        def generation(prefill: float, decode: float) -> float:
+        def generation(prefill: float, decode: float, phase: str, new: float, longest: int) -> float:
+            """prefill / R / prefill_rate + decode / R / decode_rate + ((W - 1) new + longest) x step latency."""
             if not decode:
                 return 0.0
-            return prefill / replicas / prefill_rate + decode / replicas / decode_rate + max_new * step_latency
+            steps = (waves[phase] - 1) * new + longest
+            return prefill / replicas / prefill_rate + decode / replicas / decode_rate + steps * step_latency
 
-        propose_s = generation(*work.propose_tokens)
-        solve_s = generation(*work.solve_tokens)
+        max_new = config.inference.max_tokens
+        propose_s = generation(*work.propose_tokens, "propose", lengths.proposal, max_new)
+        solve_s = generation(*work.solve_tokens, "solve", lengths.answer, max_new)
+
+    def in_waves(phase: str) -> str:
+        return f", {waves[phase]} waves on the busiest replica" if waves[phase] > 1 else ""
+
     phases.append(Phase("propose", "inference", propose_s,
                         f"{work.proposals:.0f} proposals x ({lengths.propose_prompt} prompt + {lengths.proposal} new) "
-                        f"tokens on {replicas} replica(s)"))
+                        f"tokens on {replicas} replica(s){in_waves('propose')}"))
     cores = config.verifier.actors * config.verifier.cpus_per_actor
     exec_rate = host.verifier_tasks_per_core_s.value * cores
     phases.append(Phase("validate", "verifiers", work.validate_runs / exec_rate,
                         f"{work.validate_runs:.0f} sandbox runs on {cores:g} cores"))
     phases.append(Phase("solve", "inference", solve_s,
-                        f"{work.rollouts:.0f} rollouts x ({lengths.solve_prompt} prompt + {lengths.answer} new) tokens"))
+                        f"{work.rollouts:.0f} rollouts x ({lengths.solve_prompt} prompt + {lengths.answer} new) tokens"
+                        f"{in_waves('solve')}"))
     phases.append(Phase("judge", "verifiers", work.judge_runs / exec_rate, f"{work.judge_runs:.0f} sandbox runs"))
 
     # training: the busiest learner GPU sets the time
@@ -519,11 +594,12 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
     phases.append(Phase("checkpoint", "host", ckpt_bytes / host.checkpoint_bandwidth.value / config.run.checkpoint_every,
                         f"{ckpt_bytes / 2**30:.2f} GiB every {config.run.checkpoint_every} steps"))
     if config.eval.every and gen is not None:
-        problems = (config.eval.limit or EVAL_PROBLEMS_DEFAULT) * max(1, len(config.eval.benchmarks))
+        problems = eval_problems(config)
         decode = problems * (members + 1) * config.eval.max_tokens
-        eval_s = decode / replicas / decode_rate + config.eval.max_tokens * step_latency
+        eval_s = generation(0.0, decode, "evaluate", config.eval.max_tokens, config.eval.max_tokens)
         phases.append(Phase("evaluate", "inference", eval_s / config.eval.every,
-                            f"{problems} problems x {members + 1} models every {config.eval.every} steps"))
+                            f"{problems} problems x {members + 1} models every {config.eval.every} steps"
+                            f"{in_waves('evaluate')}"))
     if layout.colocated and engine.sleep_mode:
         wake = kind.sleep_wake_s
         if wake is None:
@@ -540,7 +616,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
     steps = config.run.steps
     return TimePlan(cluster, layout, phases, lengths, {k: round(v) for k, v in tokens.items()}, missing,
                     drained_steps(config, steps) / steps, config.run.max_staleness == 1, config.rl.data_parallel,
-                    engine.name, notes, lower_bound)
+                    engine.name, notes, lower_bound, loads, kv)
 
 
 HF_BORROWED = ("prefill_mfu", "decode_mfu", "lora_decode_overhead")
@@ -573,34 +649,6 @@ def candidate_layouts(cluster: Cluster, tp: int) -> list[Layout]:
 
 
 # --------------------------------------------------------------------------------------- inputs and choice
-
-
-def lengths_from_config(config: Any) -> Lengths:
-    """The ``plan.*`` expected lengths (sane defaults for a 7B model with r1 prompts; the tiny presets set theirs)."""
-    p = config.plan
-    return Lengths(p.propose_prompt_tokens, min(p.proposal_tokens, config.inference.max_tokens), p.solve_prompt_tokens,
-                   min(p.answer_tokens, config.inference.max_tokens), p.valid_fraction)
-
-
-class RunRecordError(ValueError):
-    """A run directory whose ``metrics.jsonl`` cannot give the plan its lengths."""
-
-
-def lengths_from_run(rows: list[dict[str, Any]], source: str) -> Lengths:
-    """Mean tokens per sequence of each role and the mean valid rate over a run's step rows (``tokens`` records)."""
-    steps = [r for r in rows if "tokens" in r and "step" in r]
-    if not steps:
-        raise RunRecordError(f"{source}: no step row records token counts ('tokens'); runs record them from this "
-                             "version on, so replan from a run made with it")
-
-    def mean(role: str, part: str) -> float:
-        seqs = sum(r["tokens"][role]["sequences"] for r in steps)
-        return sum(r["tokens"][role][part] for r in steps) / seqs if seqs else 0.0
-
-    valid = sum(r.get("valid_rate", 0.0) for r in steps) / len(steps)
-    return Lengths(max(1, round(mean("teacher", "prompt"))), max(1, round(mean("teacher", "completion"))),
-                   max(1, round(mean("student", "prompt"))), max(1, round(mean("student", "completion"))),
-                   max(valid, 1e-3), f"{source} ({len(steps)} steps)")
 
 
 def measured_phase_seconds(rows: list[dict[str, Any]], events: list[dict[str, Any]] = ()) -> dict[str, float]:
@@ -787,6 +835,7 @@ def choose_layout(config: Any, dims: ModelDims, cluster: Cluster, lengths: Lengt
 
 
 __all__ = ["GENERATION_PHASES", "TRAINING_PHASES", "Cluster", "ClusterError", "Layout", "LayoutChoice", "Lengths",
-           "Overlap", "Phase", "RUN_MODES", "RunMode", "RunRecordError", "Sourced", "TimePlan", "Workload", "candidate_layouts", "choose_layout",
-           "cluster_of", "config_layout", "drained_steps", "lengths_from_config", "lengths_from_run",
+           "Overlap", "Phase", "RUN_MODES", "ReplicaLoad", "RunMode", "RunRecordError", "Sourced", "TimePlan", "Workload", "candidate_layouts", "choose_layout",
+           "cluster_of", "config_layout", "described_gpu_bytes", "drained_steps", "eval_problems", "lengths_from_config",
+           "lengths_from_run", "replica_loads", "replica_sequences",
            "measured_phase_seconds", "plan_time", "planned_engine", "step_workload"]

@@ -23,7 +23,7 @@ from bench import qwen25_7b  # Qwen2.5-7B's config.json, the plan's 7B shape
 DIMS = ModelDims.from_config_json(qwen25_7b.CONFIG)
 HOST = HostView(ram_bytes=1024 * GiB, shm_bytes=512 * GiB)
 COLOCATED_8 = ["resources.colocated=true", "run.max_staleness=0", "resources.inference_gpus=8", "resources.learner_gpus=8",
-               "inference.vllm_engine_args.gpu_memory_utilization=0.64", "inference.vllm_engine_args.max_num_seqs=64",
+               "inference.vllm_engine_args.gpu_memory_utilization=0.64", "inference.vllm_engine_args.max_num_seqs=190",
                "rl.micro_batch_tokens=16384", "rl.data_parallel=false"]  # what fits one node of 8 x 80 GiB (docs/memory.md)
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,9 +22,11 @@ from planning.memory_plan import (
     learner_components,
     load_model_dims,
     lora_params,
+    paged_kv,
     plan_memory,
     with_resolved_checkpointing,
 )
+from planning.lengths import Lengths
 from planning.placement import plan_placement
 from configs import PRESETS_DIR, load_config
 
@@ -172,10 +174,87 @@ def test_too_large_micro_batch_is_refused_naming_the_knob(qwen7b_dir):
     assert "GPU 5-7 needs" in verdict and "GPU 0" not in verdict  # the learner GPUs of 5+3, no engine GPU
 
 
-def test_40gb_gpus_are_refused_naming_the_knobs(qwen7b_dir):
-    verdict = plan_of(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir), gpu_gib=40).verdict()
-    assert verdict.startswith("memory: does not fit: ")
-    assert "inference.vllm_engine_args.max_num_seqs" in verdict and "rl.micro_batch_tokens" in verdict
+def test_40gb_gpus_are_refused_for_the_learners_and_warned_for_the_engines(qwen7b_dir):
+    """The learners do not fit 40 GiB; the engines do (their KV cache is paged), with fewer sequences at once."""
+    plan = plan_of(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir), gpu_gib=40)
+    verdict = plan.verdict()
+    assert verdict.startswith("memory: does not fit: ") and "rl.micro_batch_tokens" in verdict
+    assert "GPU 0" not in verdict and "max_num_seqs" not in verdict
+    assert len(plan.warnings) == 1 and plan.warnings[0].startswith(
+        f"inference.vllm_engine_args.max_num_seqs=291 is more than the {plan.kv.chosen} the plan would choose")
+    assert plan.kv.chosen < 291 and f"set inference.vllm_engine_args.max_num_seqs={plan.kv.chosen}" in plan.warnings[0]
+    assert f"(propose) need 446,976 KV-cache tokens, more than the {plan.kv.pool_tokens:,} each replica holds" in (
+        plan.warnings[0])  # 291 x 1,536: more than the whole cache, not only its headroom
+
+
+# A decoder small enough to count by hand: q, k, v, o 64 x 64, gate/up/down 64 x 128 per layer, 2 layers, one KV head
+# of 64, vocabulary 100, tied embeddings, no biases: N = 2 x (4 x 4,096 + 3 x 8,192 + 128) + 6,400 + 64 = 88,640.
+SMALL = ModelDims(hidden=64, intermediate=128, layers=2, heads=1, kv_heads=1, vocab=100, tied_embeddings=True,
+                  qkv_bias=False)
+# bfloat16: KV 2 x 64 x 2 B x 2 layers = 512 B a token; fixed F = weights 2 N + LoRA slots 2 adapters x (2 layers x
+# rank 8 x (64 + 64)) x 2 B + workspace 1,024 batched tokens x (4 x 64 + 3 x 128) x 2 B, no CUDA graphs (eager)
+SMALL_FIXED = 2 * 88_640 + 2 * 2 * 8 * 128 * 2 + 1024 * 640 * 2
+SMALL_GPU = 2 * (SMALL_FIXED + 40 * 262_944 + 100_000)  # budget 0.5 x this: F + 40 sequences' share + 100,000 B
+
+
+def small_vllm(*overrides: str):
+    """One vLLM replica (on a GPU, the learners on CPU) of the tiny preset's shape on SMALL: 2 adapters, longest expected
+    sequence 64 + 192 = 256 tokens (solve; propose 100 + 28)."""
+    return load_config(None, [
+        "model.dtype=bfloat16", "lora.target_modules=[q_proj]", "population.teachers=1", "population.students=1",
+        "inference.backend=vllm", "resources.inference_gpus=1", "resources.learner_gpus=0",
+        "inference.vllm_engine_args.gpu_memory_utilization=0.5", "inference.vllm_engine_args.max_num_batched_tokens=1024",
+        "inference.vllm_engine_args.enforce_eager=true", "plan.propose_prompt_tokens=100", "plan.proposal_tokens=28",
+        "plan.solve_prompt_tokens=64", "plan.answer_tokens=192", *overrides])
+
+
+def test_max_num_seqs_is_sized_from_the_expected_lengths_by_hand():
+    """S = floor((B - F) / (E kv / (1 - h) + 8 V)): each sequence 256 x 512 / 0.5 = 262,144 B of KV cache with its
+    headroom share and 800 B of sampler logits; the budget leaves 40 of them and 100,000 B."""
+    config = small_vllm("inference.vllm_engine_args.max_num_seqs=40")
+    assert SMALL.base_params() == 88_640
+    kv = paged_kv(config, SMALL, SMALL_GPU)
+    assert (kv.expected, kv.phase, kv.longest, kv.headroom) == (256, "solve", 1024, 0.5)
+    assert kv.chosen == 40
+    assert kv.pool_tokens == (40 * 262_944 + 100_000 - 40 * 800) // 512 == 20_675  # P = (B - F - 8 V m) / kv
+    assert kv.running(100, 256) == 40 and kv.running(7, 256) == 7 and kv.running(100, 1024) == 20  # min(n, m, P // t)
+    assert kv.waves(100, 256) == 3 and kv.waves(0, 256) == 0
+    plan = plan_memory(config, SMALL, plan_placement(config), SMALL_GPU, HOST)
+    engine = plan.rows[0]
+    assert engine.items["KV cache in flight (paged): 40 seqs x 256 expected tokens x 0.5 KiB"] == 40 * 256 * 512
+    assert engine.need == SMALL_FIXED + 40 * 800 + 40 * 256 * 512 and plan.fits and plan.warnings == []
+    assert "the plan's 40" in plan.render() and "warning" not in plan.render()
+    h = paged_kv(small_vllm("plan.kv_headroom=0.75"), SMALL, SMALL_GPU)
+    assert h.chosen == (40 * 262_944 + 100_000) // (256 * 512 * 4 + 800) == 20  # a quarter of the cache for E tokens
+    run = Lengths(propose_prompt=100, proposal=28, solve_prompt=64, answer=448, valid_fraction=0.5, source="a run")
+    longer = paged_kv(config, SMALL, SMALL_GPU, run)  # a run's recorded lengths replace plan.*
+    assert longer.expected == 512 and longer.chosen == (40 * 262_944 + 100_000) // (512 * 512 * 2 + 800) == 20
+    assert "lengths from a run" in longer.summary()
+
+
+def test_a_max_num_seqs_too_large_for_the_expected_lengths_is_a_warning_not_a_refusal():
+    config = small_vllm("inference.vllm_engine_args.max_num_seqs=50")
+    plan = plan_memory(config, SMALL, plan_placement(config), SMALL_GPU, HOST)
+    assert plan.fits, plan.verdict()
+    assert plan.kv.pool_tokens == (40 * 262_944 + 100_000 - 50 * 800) // 512
+    assert plan.rows[0].items["KV cache in flight (paged): 50 seqs x 256 expected tokens x 0.5 KiB"] == 50 * 256 * 512
+    (warning,) = plan.warnings
+    assert warning.startswith("inference.vllm_engine_args.max_num_seqs=50 is more than the 40 the plan would choose")
+    assert "preempts" in warning and warning.endswith("set inference.vllm_engine_args.max_num_seqs=40")
+    assert f"warning: {warning}" in plan.render()
+    default = small_vllm()  # vLLM's default 256, named as such
+    assert plan_memory(default, SMALL, plan_placement(default), SMALL_GPU, HOST).warnings[0].startswith(
+        "max_num_seqs 256 (vLLM's default) is more than the 40")
+
+
+def test_an_engine_whose_cache_cannot_hold_one_longest_sequence_is_refused():
+    """vLLM does not start unless its KV cache holds one sequence of max_model_len: the plan refuses that, naming it."""
+    config = small_vllm("inference.vllm_engine_args.max_num_seqs=40", "model.max_seq_len=32768")  # P = 20,675 tokens
+    plan = plan_memory(config, SMALL, plan_placement(config), SMALL_GPU, HOST)
+    assert not plan.fits
+    assert plan.rows[0].items["KV cache (paged): one sequence of 32768 tokens, the least vLLM starts with"] == 32768 * 512
+    assert "lower model.max_seq_len (vLLM starts only if its KV cache holds one sequence of 32768 tokens; it holds " \
+           "20,675)" in plan.verdict()
 
 
 def test_auto_checkpointing_turns_on_only_when_needed(qwen7b_dir):
@@ -215,11 +294,14 @@ def test_dry_run_prints_the_table_from_a_config_only_directory(qwen7b_dir):
     table = out.stdout.split("# memory plan")[1]
     for gpu in range(8):
         assert f"\nGPU {gpu} " in table
+    assert "max_num_seqs: inference.vllm_engine_args.max_num_seqs=291; the plan's 291: " in out.stdout
+    assert "warning:" not in out.stdout
     refused = _launch("--dry-run", "--config", "configs/qwen2.5-7b-4t4s.yaml", f"model.path={qwen7b_dir}",
                       "resources.gpu_memory_gib=40")
     assert refused.returncode == 1
     verdict = [line for line in refused.stdout.strip().splitlines() if line.startswith("memory: ")][0]
-    assert verdict.startswith("memory: does not fit: ") and "max_num_seqs" in verdict
+    assert verdict.startswith("memory: does not fit: ") and "rl.micro_batch_tokens" in verdict
+    assert "\nwarning: inference.vllm_engine_args.max_num_seqs=291 is more than the " in refused.stdout
 
 
 def test_gpu_check_without_cuda_records_every_part_and_writes_one_json(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from configs import PRESETS_DIR, load_config
 from planning.memory_plan import ModelDims
 from planning.time_constants import ConstantsError, DeviceKind, HostConstants, Sourced, with_overrides
-from planning.time_plan import Cluster, ClusterError, Layout, Lengths, candidate_layouts, plan_time
+from planning.time_plan import Cluster, ClusterError, Layout, Lengths, candidate_layouts, plan_time, replica_sequences
 
 # A model small enough to count by hand: per layer q, k, v, o 64 x 64, gate/up/down 64 x 128, two norms of 64;
 # tied embeddings 100 x 64 and the final norm: N = 2 x (4 x 4,096 + 3 x 8,192 + 128) + 6,400 + 64 = 88,640.
@@ -107,6 +107,32 @@ def test_vllm_prefills_a_students_prompt_once_for_its_rollouts():
     vllm = plan_time(small_config("inference.backend=vllm"), DIMS, Layout(1, 1), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST)
     saved = {p.name: p.seconds for p in hf.phases}["solve"] - {p.name: p.seconds for p in vllm.phases}["solve"]
     assert saved == pytest.approx(2 * N * (240 - 120) / (1e9 * 0.5))
+
+
+def test_requests_split_over_the_replicas_as_system_generate_splits_them():
+    assert replica_sequences(256, 5, 1) == [52, 52, 52, 52, 48]  # ceil(256 / 5) proposals each, the last fewer
+    assert replica_sequences(179, 5, 8) == [288, 288, 288, 288, 280]  # 36 prompts x 8 rollouts, the last 35
+    assert replica_sequences(3, 5, 8) == [8, 8, 8, 0, 0]
+
+
+def test_decode_runs_in_waves_when_a_replica_has_more_sequences_than_it_decodes_at_once():
+    """8 proposals and 8 rollouts on one vLLM replica, at most 3 at once (max_num_seqs; the KV cache of an 80 GiB GPU
+    holds far more): 3 waves a phase. Each wave but the last decodes the expected new tokens (20 a proposal, 40 an
+    answer), the last the longest row's 50: 2 x 20 and 2 x 40 more decode steps, each reading the float32 weights."""
+    step = N * 4 / 1e6
+    vllm = small_config("inference.backend=vllm")
+    at_once = plan_time(vllm, DIMS, Layout(1, 1), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST)
+    limited = plan_time(small_config("inference.backend=vllm", "inference.vllm_engine_args.max_num_seqs=3"), DIMS,
+                        Layout(1, 1), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST)
+    one, three = ({p.name: p.seconds for p in plan.phases} for plan in (at_once, limited))
+    assert three["propose"] - one["propose"] == pytest.approx(2 * 20 * step)
+    assert three["solve"] - one["solve"] == pytest.approx(2 * 40 * step)
+    assert [(load.sequences, load.running, load.waves) for load in limited.loads["solve"]] == [(8, 3, 3)]
+    assert "replica 0: propose 8 sequences, 3 at once (3 waves); solve 8 sequences, 3 at once (3 waves)" in limited.render()
+    assert "replica 0: propose 8 sequences, all at once; solve 8 sequences, all at once" in at_once.render()
+    assert "3 waves on the busiest replica" in next(p.detail for p in limited.phases if p.name == "solve")
+    hf = plan_time(small_config(), DIMS, Layout(1, 1), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST)
+    assert hf.kv is None and "decode concurrency" not in hf.render()  # no paged cache: its batch decodes at once
 
 
 @pytest.mark.parametrize("backend, switch", [("vllm", 2.0), ("hf", 0.0)])
@@ -235,9 +261,24 @@ def test_dry_run_plans_the_described_node_and_recommends_a_layout(launch, qwen7b
     assert "not runnable: overlap needs engines and learners on separate GPUs" in overlapped_colocated
     for phase in ("propose", "validate", "solve", "judge", "train", "handover", "league", "evolve", "checkpoint"):
         assert re.search(rf"^{phase}\s+\w+\s+\d+\.\d\d", out.stdout, re.M), phase
+    # what each replica decodes at once: the preset's max_num_seqs is the plan's, so every phase at once
+    assert ("replica 0-3: propose 52 sequences, all at once; solve 288 sequences, all at once\n"
+            "replica 4: propose 48 sequences, all at once; solve 280 sequences, all at once\n") in out.stdout
     two = launch(*qwen7b, "--cluster", "2x8xH100", "--all")
     assert two.returncode == 0 and "# ways to run 2x8xH100" in two.stdout and " 8+8 serial " in two.stdout
     assert re.search(r"^[ *]8\+8 serial .* runs$", two.stdout, re.M), "a layout wider than one node runs across the nodes"
+
+
+def test_dry_run_says_what_each_replica_decodes_at_once_and_warns_of_a_max_num_seqs_too_large(launch, qwen7b):
+    fewer = launch(*qwen7b, "inference.vllm_engine_args.max_num_seqs=96")  # the earlier presets' value
+    assert fewer.returncode == 0, fewer.stderr
+    assert "replica 0-3: propose 52 sequences, all at once; solve 288 sequences, 96 at once (3 waves)" in fewer.stdout
+    assert "warning:" not in fewer.stdout
+    more = launch(*qwen7b, "inference.vllm_engine_args.max_num_seqs=400")
+    assert more.returncode == 0, more.stderr  # a warning, not a refusal
+    assert ("\nwarning: inference.vllm_engine_args.max_num_seqs=400 is more than the 291 the plan would choose: "
+            "400 sequences of 1,536 expected tokens (propose) take 614,400 of each replica's ") in more.stdout
+    assert "preempts" in more.stdout and "set inference.vllm_engine_args.max_num_seqs=291" in more.stdout
 
 
 def test_dry_run_refuses_a_layout_larger_than_the_described_node_and_bad_clusters(launch, qwen7b):
