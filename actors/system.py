@@ -39,7 +39,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.cluster import actor_options, reserve_gpus
 from actors.cluster_wait import ClusterWait, actor_record
 from actors.node_cleanup import clean_node
-from inference.dispatch import Policy, expected_cost, pieces
+from planning.dispatch import Policy, expected_cost, pieces
 from inference.requests import GenerationRequest
 from actors.inference_actor import InferenceActor
 from actors.league_actor import LeagueActor
@@ -282,7 +282,7 @@ class System:
             self.asleep = False
 
     def generate(self, requests: list[GenerationRequest], policy: Policy = "queue") -> list[list[Any]]:
-        """Generations per request, in order. The batch is cut into pieces (``inference.dispatch.pieces``; one
+        """Generations per request, in order. The batch is cut into pieces (``planning.dispatch.pieces``; one
         replica: one piece); each replica gets one piece to run and one queued behind it, and whichever returns
         first gets the next. ``policy="even"``: one piece per replica, the split of old (``bench/replica_balance.py``
         compares them)."""

@@ -10,11 +10,13 @@ Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fract
     proposals  n_p = T x tasks_per_teacher            rollouts  n_s = n_p x v x k
     teacher tokens  n_p (prompt_p + proposal)         student tokens  n_s (prompt_s + answer)
 
-- **generation** on R = inference GPUs / tp replicas, the requests split evenly (``System.generate``):
-  prefill ``2 N x prompt tokens / (peak x prefill_mfu)`` (a student prompt prefilled once for its k rollouts
-  on vLLM, whose prefix cache shares it; once per row on the transformers engine), decode
-  ``2 N x new tokens / (peak x decode_mfu x (1 - lora_overhead))`` plus the tail: the longest row decodes
-  ``max_tokens`` steps, each reading every weight once (``weight bytes / memory bandwidth``);
+- **generation** on R = inference GPUs / tp replicas, the requests handed out in pieces as replicas free up
+  (``System.generate``, ``planning.dispatch``): prefill ``2 N x prompt tokens / (peak x prefill_mfu)`` (a student
+  prompt prefilled once for its k rollouts on vLLM, whose prefix cache shares it; once per row on the transformers
+  engine), decode ``2 N x new tokens / (peak x decode_mfu x (1 - lora_overhead))``, each over R, plus the tail: the
+  longest row decodes ``max_tokens`` steps, each reading every weight once (``weight bytes / memory bandwidth``),
+  plus the replicas' imbalance ``(1 - 1/R) x W / (R k)`` (``planning.dispatch.imbalance_s``: W the prefill and
+  decode seconds on one replica, k = 4 pieces per replica; the replicas end up to about one piece apart);
 - **verification**: executions (a proposal runs twice, a code_f one per input; an answer once per hidden
   input) / (tasks per core-second x the verifiers' cores);
 - **training** on the learner GPUs: each GPU trains the members placed on it (member i on shard i mod shards,
@@ -77,6 +79,7 @@ from typing import Any, Callable
 
 from planning.memory_plan import DTYPE_BYTES, EVAL_PROBLEMS_DEFAULT, ModelDims, lora_params
 from configs.engines import engine_traits
+from planning.dispatch import imbalance_s
 from planning.placement import planned_engine
 from planning.time_constants import DEVICE_KINDS, HOST, DeviceKind, HostConstants, Sourced
 
@@ -452,7 +455,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
             return None
         return kind
 
-    # generation: the step's requests split evenly over the replicas
+    # generation: the step's requests over the replicas through the work queue (planning.dispatch)
     gen = rate("generation", GENERATION_NEEDS)
     replicas = layout.replicas
     tp = layout.tp if cluster.gpus else 1
@@ -469,8 +472,12 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
                 return 0.0
             return prefill / replicas / prefill_rate + decode / replicas / decode_rate + max_new * step_latency
 
-        propose_s = generation(*work.propose_tokens)
-        solve_s = generation(*work.solve_tokens)
+        def imbalance(prefill: float, decode: float) -> float:
+            """The work queue's tail beyond the balanced share (``planning.dispatch.imbalance_s``)."""
+            return imbalance_s(prefill / prefill_rate + decode / decode_rate, replicas)
+
+        propose_s = generation(*work.propose_tokens) + imbalance(*work.propose_tokens)
+        solve_s = generation(*work.solve_tokens) + imbalance(*work.solve_tokens)
     phases.append(Phase("propose", "inference", propose_s,
                         f"{work.proposals:.0f} proposals x ({lengths.propose_prompt} prompt + {lengths.proposal} new) "
                         f"tokens on {replicas} replica(s)"))
@@ -522,6 +529,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
         problems = (config.eval.limit or EVAL_PROBLEMS_DEFAULT) * max(1, len(config.eval.benchmarks))
         decode = problems * (members + 1) * config.eval.max_tokens
         eval_s = decode / replicas / decode_rate + config.eval.max_tokens * step_latency
+        eval_s += imbalance_s(decode / decode_rate, replicas)  # the work queue's tail (planning.dispatch)
         phases.append(Phase("evaluate", "inference", eval_s / config.eval.every,
                             f"{problems} problems x {members + 1} models every {config.eval.every} steps"))
     if layout.colocated and engine.sleep_mode:

@@ -1,4 +1,4 @@
-"""Generation requests over several engine replicas (``inference.dispatch``, ``System.generate``).
+"""Generation requests over several engine replicas (``planning.dispatch``, ``System.generate``).
 
 The pieces on hand cases, and on a real local Ray cluster in the stand-in mode (logical GPUs, the engines on their
 CPU path): the same short run with one engine replica and with two, which must end with the same rows, league and
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference.dispatch import PIECES_PER_REPLICA, imbalance_s, pieces
+from planning.dispatch import PIECES_PER_REPLICA, imbalance_s, pieces
 
 
 def test_pieces_cover_every_request_once_in_the_order_handed_out():

@@ -26,14 +26,17 @@ as its longest row). The system's requests of one call share ``max_tokens`` and 
 Which replica serves a request changes nothing it samples: each request carries its own seed (from its index in
 the step, ``System.seed``) and adapter, and the engines draw each row from its own generator. Whether the
 logits themselves are independent of the batch a row is in is the engine's matter (docs/inference.md).
+
+Pure arithmetic, no Ray and no torch: ``actors.system`` applies it, ``planning.time_plan`` plans its tail.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from inference.requests import GenerationRequest
+if TYPE_CHECKING:  # the inference package imports torch; the time plan imports this module and stays without it
+    from inference.requests import GenerationRequest
 
 PIECES_PER_REPLICA = 4
 """k: pieces per replica of one batch (module docstring: a quarter of a replica's share per piece)."""
@@ -42,7 +45,7 @@ Policy = Literal["queue", "even", "longest_first"]
 POLICIES: tuple[str, ...] = ("queue", "even", "longest_first")
 
 
-def expected_cost(request: GenerationRequest) -> float:
+def expected_cost(request: "GenerationRequest") -> float:
     """A request's expected work in new tokens, for ``longest_first``: its ``n`` rows of at most ``max_tokens``
     each (the longest a row may run; the driver knows no more before the engine runs it)."""
     return float(request.n * request.max_tokens)
