@@ -39,7 +39,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.cluster import actor_options, reserve_gpus
 from actors.cluster_wait import ClusterWait, actor_record
 from actors.node_cleanup import clean_node
-from planning.dispatch import Policy, expected_cost, pieces
+from planning.dispatch import Policy, expected_cost, pieces, replica_batch_rows
 from inference.requests import GenerationRequest
 from actors.inference_actor import InferenceActor
 from actors.league_actor import LeagueActor
@@ -281,15 +281,19 @@ class System:
             ray.get([replica.wake_up.remote() for replica in self.inference])
             self.asleep = False
 
-    def generate(self, requests: list[GenerationRequest], policy: Policy = "queue") -> list[list[Any]]:
-        """Generations per request, in order. The batch is cut into pieces (``planning.dispatch.pieces``; one
-        replica: one piece); each replica gets one piece to run and one queued behind it, and whichever returns
-        first gets the next. ``policy="even"``: one piece per replica, the split of old (``bench/replica_balance.py``
-        compares them)."""
+    def generate(self, requests: list[GenerationRequest], policy: Policy = "queue",
+                 min_rows: int | None = None) -> list[list[Any]]:
+        """Generations per request, in order. The batch is cut into pieces (``planning.dispatch.pieces``, none
+        below a replica's full batch; one replica: one piece); each replica gets one piece to run and one queued
+        behind it, and whichever returns first gets the next. ``policy="even"``: one piece per replica, the split
+        of old; ``min_rows`` (default: a replica's batch, ``replica_batch_rows``) the fewest rows of a piece
+        (``bench/replica_balance.py`` compares the policies with 0)."""
         if not requests:
             return []
         self.wake_engines()
-        waiting = deque(pieces([expected_cost(r) for r in requests], len(self.inference), policy))
+        waiting = deque(pieces([expected_cost(r) for r in requests], len(self.inference), policy,
+                               rows=[r.n for r in requests],
+                               min_rows=replica_batch_rows(self.config) if min_rows is None else min_rows))
         running: dict[ray.ObjectRef, tuple[Any, list[int]]] = {}
 
         def hand(replica: Any) -> None:

@@ -15,8 +15,8 @@ Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fract
   prompt prefilled once for its k rollouts on vLLM, whose prefix cache shares it; once per row on the transformers
   engine), decode ``2 N x new tokens / (peak x decode_mfu x (1 - lora_overhead))``, each over R, plus the tail: the
   longest row decodes ``max_tokens`` steps, each reading every weight once (``weight bytes / memory bandwidth``),
-  plus the replicas' imbalance ``(1 - 1/R) x W / (R k)`` (``planning.dispatch.imbalance_s``: W the prefill and
-  decode seconds on one replica, k = 4 pieces per replica; the replicas end up to about one piece apart);
+  plus the replicas' imbalance ``(1 - 1/R) x W / (2 R k)`` (``planning.dispatch.imbalance_s``: W the prefill and
+  decode seconds on one replica, k the pieces per replica; the replicas' last pieces end about one piece apart);
 - **verification**: executions (a proposal runs twice, a code_f one per input; an answer once per hidden
   input) / (tasks per core-second x the verifiers' cores);
 - **training** on the learner GPUs: each GPU trains the members placed on it (member i on shard i mod shards,
@@ -79,7 +79,7 @@ from typing import Any, Callable
 
 from planning.memory_plan import DTYPE_BYTES, EVAL_PROBLEMS_DEFAULT, ModelDims, lora_params
 from configs.engines import engine_traits
-from planning.dispatch import imbalance_s
+from planning.dispatch import imbalance_s, piece_count, replica_batch_rows
 from planning.placement import planned_engine
 from planning.time_constants import DEVICE_KINDS, HOST, DeviceKind, HostConstants, Sourced
 
@@ -472,12 +472,14 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
                 return 0.0
             return prefill / replicas / prefill_rate + decode / replicas / decode_rate + max_new * step_latency
 
-        def imbalance(prefill: float, decode: float) -> float:
-            """The work queue's tail beyond the balanced share (``planning.dispatch.imbalance_s``)."""
-            return imbalance_s(prefill / prefill_rate + decode / decode_rate, replicas)
+        def imbalance(prefill: float, decode: float, requests: float, rows: float) -> float:
+            """The work queue's tail beyond the balanced share (``planning.dispatch``: its pieces per replica)."""
+            count = piece_count(round(requests), replicas, rows=round(rows), min_rows=replica_batch_rows(config))
+            return imbalance_s(prefill / prefill_rate + decode / decode_rate, replicas, count / replicas)
 
-        propose_s = generation(*work.propose_tokens) + imbalance(*work.propose_tokens)
-        solve_s = generation(*work.solve_tokens) + imbalance(*work.solve_tokens)
+        k = config.tasks.rollouts_k
+        propose_s = generation(*work.propose_tokens) + imbalance(*work.propose_tokens, work.proposals, work.proposals)
+        solve_s = generation(*work.solve_tokens) + imbalance(*work.solve_tokens, work.rollouts / k, work.rollouts)
     phases.append(Phase("propose", "inference", propose_s,
                         f"{work.proposals:.0f} proposals x ({lengths.propose_prompt} prompt + {lengths.proposal} new) "
                         f"tokens on {replicas} replica(s)"))
@@ -529,7 +531,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
         problems = (config.eval.limit or EVAL_PROBLEMS_DEFAULT) * max(1, len(config.eval.benchmarks))
         decode = problems * (members + 1) * config.eval.max_tokens
         eval_s = decode / replicas / decode_rate + config.eval.max_tokens * step_latency
-        eval_s += imbalance_s(decode / decode_rate, replicas)  # the work queue's tail (planning.dispatch)
+        eval_s += imbalance(0.0, decode, problems * (members + 1), problems * (members + 1))
         phases.append(Phase("evaluate", "inference", eval_s / config.eval.every,
                             f"{problems} problems x {members + 1} models every {config.eval.every} steps"))
     if layout.colocated and engine.sleep_mode:
