@@ -14,8 +14,9 @@ the work queue, each against the balanced ideal.
    members whose answers run long land together); ``uniform``: as many requests, all of ``--uniform-tokens``
    (what the pieces cost where there is nothing to balance).
 3. Generate each ``--rounds`` times with each policy of ``planning.dispatch`` (``even``: one contiguous chunk per
-   replica, the split of old; ``queue``: 4 pieces per replica handed out as replicas free up, the system's;
-   ``longest_first``: the same pieces by expected length, longest first), the order rotated round by round so
+   replica, the split of old; ``queue``: 4 pieces per replica handed out as replicas free up, the system's rule
+   without its full-batch floor, ``min_rows=0``; ``longest_first``: the same pieces by expected length, longest
+   first), the order rotated round by round so
    machine noise hits each alike. Measured per call: the wall seconds of ``System.generate`` and each replica's
    busy seconds in ``generate`` (``InferenceActor.busy_s``); the balanced ideal is their sum over the replicas.
    Every policy must return the same token ids (each request keeps its seed and adapter).
