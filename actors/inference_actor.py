@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ class InferenceActor:
                                   dtype=dtype, engine_args=engine_args or None, max_model_len=max_model_len,
                                   seed=seed, sleep_mode=sleep_mode, allow_untested_vllm=allow_untested_vllm, **hf_options)
         self._tmp = Path(tempfile.mkdtemp(prefix="populora-incoming-", dir=ram_backed_root()))  # the store's file system
+        self._busy_s = 0.0
 
     def __repr__(self) -> str:
         return "InferenceActor(inference)"
@@ -64,7 +66,16 @@ class InferenceActor:
         return getattr(self.engine, "runtime", f"transformers {transformers.__version__}")
 
     def generate(self, requests: list[Any]) -> list[list[Any]]:
-        return self.engine.generate(requests)
+        started = time.perf_counter()
+        try:
+            return self.engine.generate(requests)
+        finally:
+            self._busy_s += time.perf_counter() - started
+
+    def busy_s(self) -> float:
+        """Seconds this replica has spent in ``generate`` since it started (``bench/replica_balance.py``: the
+        replicas' busy seconds together over their count are the balanced ideal of a phase)."""
+        return self._busy_s
 
     def load_adapter_files(self, name: str, files: Mapping[str, Buffer], version: int) -> None:
         """Make ``version`` of adapter ``name`` live from its PEFT files (file name -> bytes or numpy view)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.cluster import actor_options, reserve_gpus
 from actors.cluster_wait import ClusterWait, actor_record
 from actors.node_cleanup import clean_node
+from planning.dispatch import Policy, expected_cost, pieces, replica_batch_rows
 from inference.requests import GenerationRequest
 from actors.inference_actor import InferenceActor
 from actors.league_actor import LeagueActor
@@ -279,15 +281,37 @@ class System:
             ray.get([replica.wake_up.remote() for replica in self.inference])
             self.asleep = False
 
-    def generate(self, requests: list[GenerationRequest]) -> list[list[Any]]:
-        """Generations per request, in order; the batch is split evenly over the engine replicas."""
+    def generate(self, requests: list[GenerationRequest], policy: Policy = "queue",
+                 min_rows: int | None = None) -> list[list[Any]]:
+        """Generations per request, in order. The batch is cut into pieces (``planning.dispatch.pieces``, none
+        below a replica's full batch; one replica: one piece); each replica gets one piece to run and one queued
+        behind it, and whichever returns first gets the next. ``policy="even"``: one piece per replica, the split
+        of old; ``min_rows`` (default: a replica's batch, ``replica_batch_rows``) the fewest rows of a piece
+        (``bench/replica_balance.py`` compares the policies with 0)."""
         if not requests:
             return []
         self.wake_engines()
-        size = -(-len(requests) // len(self.inference))
-        calls = [replica.generate.remote(requests[i * size:(i + 1) * size])
-                 for i, replica in enumerate(self.inference) if requests[i * size:(i + 1) * size]]
-        return [out for chunk in ray.get(calls) for out in chunk]
+        waiting = deque(pieces([expected_cost(r) for r in requests], len(self.inference), policy,
+                               rows=[r.n for r in requests],
+                               min_rows=replica_batch_rows(self.config) if min_rows is None else min_rows))
+        running: dict[ray.ObjectRef, tuple[Any, list[int]]] = {}
+
+        def hand(replica: Any) -> None:
+            piece = waiting.popleft()
+            running[replica.generate.remote([requests[i] for i in piece])] = (replica, piece)
+
+        for replica in self.inference * 2:  # one running, one queued
+            if waiting:
+                hand(replica)
+        results: list[list[Any]] = [[] for _ in requests]
+        while running:
+            (done,), _ = ray.wait(list(running), num_returns=1)
+            replica, piece = running.pop(done)
+            for i, out in zip(piece, ray.get(done)):
+                results[i] = out
+            if waiting:
+                hand(replica)
+        return results
 
     # learners ----------------------------------------------------------------------------------
     def read_owners(self) -> None:

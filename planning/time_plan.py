@@ -10,16 +10,19 @@ Per step, with T teachers of ``tasks_per_teacher`` proposals each, a valid fract
     proposals  n_p = T x tasks_per_teacher            rollouts  n_s = n_p x v x k
     teacher tokens  n_p (prompt_p + proposal)         student tokens  n_s (prompt_s + answer)
 
-- **generation** on R = inference GPUs / tp replicas, the requests split evenly (``System.generate``: ceil(requests
-  / R) to each replica in turn, the last fewer): prefill ``2 N x prompt tokens / (peak x prefill_mfu)`` (a student
-  prompt prefilled once for its k rollouts on vLLM, whose prefix cache shares it; once per row on the transformers
-  engine), decode ``2 N x new tokens / (peak x decode_mfu x (1 - lora_overhead))`` plus the steps: each decode step
+- **generation** on R = inference GPUs / tp replicas, the requests handed out in pieces as replicas free up
+  (``System.generate``, ``planning.dispatch``; one piece per replica, the even split ceil(requests / R), below two
+  full batches per replica): prefill ``2 N x prompt tokens / (peak x prefill_mfu)`` (a student prompt prefilled
+  once for its k rollouts on vLLM, whose prefix cache shares it; once per row on the transformers engine), decode
+  ``2 N x new tokens / (peak x decode_mfu x (1 - lora_overhead))``, each over R, plus the steps: each decode step
   reads every weight once (``weight bytes / memory bandwidth``), and the busiest replica takes
   ``(W - 1) x new + max_tokens`` of them. Its n sequences of a phase decode c at once, in W = ceil(n / c) waves: with
   a paged KV cache c = max(1, min(n, max_num_seqs, P // t)), P the tokens the cache holds and t the phase's expected
   tokens per sequence (``planning.memory_plan.PagedKV``); the transformers engine decodes all n at once (W = 1).
   Continuous batching refills a slot as its sequence ends, so each wave but the last takes the expected new tokens
-  and the last the longest row's ``max_tokens`` (W = 1: the longest row alone);
+  and the last the longest row's ``max_tokens`` (W = 1: the longest row alone). Plus the replicas' imbalance
+  ``(1 - 1/R) x G / (2 R k)`` (``planning.dispatch.imbalance_s``: G the prefill and decode seconds on one replica,
+  k the pieces per replica; the replicas' last pieces end about half a piece apart on average);
 - **verification**: executions (a proposal runs twice, a code_f one per input; an answer once per hidden
   input) / (tasks per core-second x the verifiers' cores);
 - **training** on the learner GPUs: each GPU trains the members placed on it (member i on shard i mod shards,
@@ -84,6 +87,7 @@ from typing import Any, Callable
 from planning.lengths import Lengths, RunRecordError, lengths_from_config, lengths_from_run, sequence_tokens
 from planning.memory_plan import DTYPE_BYTES, EVAL_PROBLEMS_DEFAULT, GiB, ModelDims, PagedKV, lora_params, paged_kv
 from configs.engines import engine_traits
+from planning.dispatch import imbalance_s, piece_count, replica_batch_rows
 from planning.placement import planned_engine
 from planning.time_constants import DEVICE_KINDS, HOST, DeviceKind, HostConstants, Sourced
 
@@ -516,7 +520,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
             return None
         return kind
 
-    # generation: the step's requests split evenly over the replicas, each decoding what its KV cache allows at once
+    # generation: the step's requests over the replicas (planning.dispatch), each decoding what its KV cache allows at once
     gen = rate("generation", GENERATION_NEEDS)
     replicas = layout.replicas
     tp = layout.tp if cluster.gpus else 1
@@ -538,9 +542,16 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
             steps = (waves[phase] - 1) * new + longest
             return prefill / replicas / prefill_rate + decode / replicas / decode_rate + steps * step_latency
 
-        max_new = config.inference.max_tokens
-        propose_s = generation(*work.propose_tokens, "propose", lengths.proposal, max_new)
-        solve_s = generation(*work.solve_tokens, "solve", lengths.answer, max_new)
+        def imbalance(prefill: float, decode: float, requests: float, rows: float) -> float:
+            """The work queue's tail beyond the balanced share (``planning.dispatch``: its pieces per replica)."""
+            count = piece_count(round(requests), replicas, rows=round(rows), min_rows=replica_batch_rows(config))
+            return imbalance_s(prefill / prefill_rate + decode / decode_rate, replicas, count / replicas)
+
+        max_new, k = config.inference.max_tokens, config.tasks.rollouts_k
+        propose_s = (generation(*work.propose_tokens, "propose", lengths.proposal, max_new)
+                     + imbalance(*work.propose_tokens, work.proposals, work.proposals))
+        solve_s = (generation(*work.solve_tokens, "solve", lengths.answer, max_new)
+                   + imbalance(*work.solve_tokens, work.rollouts / k, work.rollouts))
 
     def in_waves(phase: str) -> str:
         return f", {waves[phase]} waves on the busiest replica" if waves[phase] > 1 else ""
@@ -597,6 +608,7 @@ def plan_time(config: Any, dims: ModelDims, layout: Layout, cluster: Cluster, le
         problems = eval_problems(config)
         decode = problems * (members + 1) * config.eval.max_tokens
         eval_s = generation(0.0, decode, "evaluate", config.eval.max_tokens, config.eval.max_tokens)
+        eval_s += imbalance(0.0, decode, problems * (members + 1), problems * (members + 1))
         phases.append(Phase("evaluate", "inference", eval_s / config.eval.every,
                             f"{problems} problems x {members + 1} models every {config.eval.every} steps"
                             f"{in_waves('evaluate')}"))

@@ -63,6 +63,22 @@ def test_every_phase_of_a_small_case_by_hand():
     assert plan.steps_per_hour == pytest.approx(3600 / plan.step_seconds)
 
 
+
+def test_two_replicas_share_the_generation_and_add_the_work_queues_tail():
+    """The small case's engines on 2 GPUs (2 replicas): each phase's prefill and decode work W (seconds on one
+    replica) over 2 and the longest row's tail once. Its 8 proposals and 8 rollouts fit one replica's batch (256
+    rows): one piece per replica, no queue tail. With vLLM's max_num_seqs = 2 the 8 rows make 4 pieces (2 per
+    replica), which add (1 - 1/2) x W / (2 x 2 x 2) (planning.dispatch)."""
+    tail = 50 * (N * 4 / 1e6)
+    for extra, pieces_per_replica in (([], 1), (["inference.vllm_engine_args.max_num_seqs=2"], 2)):
+        plan = plan_time(small_config(*extra), DIMS, Layout(2, 1), Cluster(1, 3, "T"), LENGTHS, {"T": KIND}, HOST,
+                         checkpointing=False)
+        phases = {p.name: p.seconds for p in plan.phases}
+        for name, prompt, new in (("propose", 80, 160), ("solve", 240, 320)):
+            work = 2 * N * prompt / (1e9 * 0.5) + 2 * N * new / (1e9 * 0.1 * 0.5)
+            queue = 0.5 * work / (2 * 2 * pieces_per_replica) if pieces_per_replica > 1 else 0.0
+            assert phases[name] == pytest.approx(work / 2 + tail + queue), (name, extra)
+
 def test_checkpointing_kl_and_epochs_add_their_passes():
     base = plan_time(small_config(), DIMS, Layout(1, 1), Cluster(1, 2, "T"), LENGTHS, {"T": KIND}, HOST, checkpointing=False)
     more = plan_time(small_config("rl.kl_coef=0.1", "rl.epochs=2"), DIMS, Layout(1, 1), Cluster(1, 2, "T"), LENGTHS,
