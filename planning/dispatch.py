@@ -2,7 +2,7 @@
 
 The rule (policy ``queue``, the system's): with R > 1 replicas the requests are cut, in request order, into
 contiguous pieces of equal count, the same number for every replica (:func:`piece_count`: up to
-``PIECES_PER_REPLICA``, none below a replica's full batch, ``replica_batch_rows``: 256 unless vLLM's
+``PIECES_PER_REPLICA``, none below a replica's full batch, ``replica_batch_rows``: the engines' batch cap unless vLLM's
 ``max_num_seqs`` says otherwise); each replica is handed one piece to run and one to queue (calls to a synchronous
 actor run in order, so it never waits between pieces), and whenever a replica returns a piece it gets the next
 one. The results go back in request order. One replica gets everything in one call, as before; a batch of less
@@ -38,15 +38,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from planning.memory_plan import HF_MAX_BATCH_ROWS, VLLM_DEFAULT_MAX_NUM_SEQS
+
 if TYPE_CHECKING:  # the inference package imports torch; the time plan imports this module and stays without it
     from inference.requests import GenerationRequest
 
 PIECES_PER_REPLICA = 4
 """k: the most pieces per replica of one batch (module docstring: a quarter of a replica's share per piece)."""
-
-BATCH_ROWS = 256
-"""The rows a replica decodes at once where the config does not say: the transformers engine's ``max_batch_rows`` and
-vLLM's ``max_num_seqs`` on most GPUs (``inference.vllm_engine_args.max_num_seqs`` sets it for vLLM)."""
 
 Policy = Literal["queue", "even", "longest_first"]
 POLICIES: tuple[str, ...] = ("queue", "even", "longest_first")
@@ -60,8 +58,10 @@ def expected_cost(request: "GenerationRequest") -> float:
 
 def replica_batch_rows(config: Any) -> int:
     """The rows one engine replica of ``config`` decodes at once: ``inference.vllm_engine_args.max_num_seqs`` where
-    set, else :data:`BATCH_ROWS`."""
-    return int(config.inference.vllm_engine_args.get("max_num_seqs", BATCH_ROWS))
+    set, else the engines' own caps (the transformers engine's ``HF_MAX_BATCH_ROWS``, vLLM's default
+    ``max_num_seqs``; the smaller, so that a piece is never under a full batch of either)."""
+    default = min(HF_MAX_BATCH_ROWS, VLLM_DEFAULT_MAX_NUM_SEQS)
+    return int(config.inference.vllm_engine_args.get("max_num_seqs", default))
 
 
 def piece_count(requests: int, replicas: int, per_replica: int = PIECES_PER_REPLICA, rows: int | None = None,

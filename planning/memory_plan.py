@@ -613,7 +613,8 @@ def _replicas(placement: PlacementPlan) -> int:
 
 def hf_batch_rows(config: Config, replicas: int = 1) -> int:
     """Rows of the largest batch one transformers engine replica decodes at once: the largest ``generate`` call of a
-    step split over the replicas (``System.generate`` splits the requests evenly), at most :data:`HF_MAX_BATCH_ROWS`.
+    step split over the replicas (``System.generate``: evenly below two full batches per replica, else in pieces of at
+    least a full batch, ``planning.dispatch``), at most :data:`HF_MAX_BATCH_ROWS`.
     The calls: the proposals (a row each), the rollouts (``tasks.rollouts_k`` rows per valid proposal; every proposal
     valid at worst) and, with ``eval.every``, one benchmark's problems for every member and the base."""
     tasks, pop = config.tasks, config.population
@@ -766,11 +767,9 @@ def paged_kv(config: Config, dims: ModelDims, gpu_bytes: int, lengths: Lengths |
     )
 
 
-def _engine_budget(config: Config, dims: ModelDims, gpu_bytes: int,
-                   lengths: Lengths | None = None) -> tuple[dict[str, int], float, str]:
+def _engine_budget(config: Config, dims: ModelDims, kv: PagedKV) -> tuple[dict[str, int], float, str]:
     """One vLLM replica's items (its KV cache: the tokens in flight, :class:`PagedKV`), its budget fraction, and the
-    knob for a replica that does not fit ``gpu_bytes``."""
-    kv = paged_kv(config, dims, gpu_bytes, lengths)
+    knob for a replica that does not fit."""
     items = _engine_fixed_items(config, dims, kv.configured)
     kv_token = kv_bytes_per_token(dims, DTYPE_BYTES[config.model.dtype]) / config.resources.tensor_parallel_size
     if not planned_engine(config, on_gpus=True).paged_kv_cache:  # a contiguous cache: max_model_len for every sequence
@@ -791,10 +790,13 @@ def _engine_budget(config: Config, dims: ModelDims, gpu_bytes: int,
 
 
 def _inference_rows(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_bytes: int,
-                    lengths: Lengths | None = None) -> list[DeviceRow]:
+                    kv: PagedKV | None) -> list[DeviceRow]:
+    """The engine replicas' rows; ``kv``: a budgeted engine's KV cache (:func:`paged_kv`), None when none is on a GPU."""
     if not planned_engine(config, on_gpus=True).budgeted_memory:
         return _hf_inference_rows(config, dims, placement, gpu_bytes)
-    items, util, knob = _engine_budget(config, dims, gpu_bytes, lengths)
+    if kv is None:
+        return []
+    items, util, knob = _engine_budget(config, dims, kv)
     rows = []
     for actor in placement.by_role("inference"):
         if not actor.gpu_ids:
@@ -869,7 +871,10 @@ def plan_memory(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_b
             setting == "auto"
             and not plan_memory(config, dims, placement, gpu_bytes, host, capacity_source, False, lengths).fits
         )
-    rows = _inference_rows(config, dims, placement, gpu_bytes, lengths)
+    engine = planned_engine(config, on_gpus=True)
+    on_gpus = any(a.gpu_ids for a in placement.by_role("inference"))
+    kv = paged_kv(config, dims, gpu_bytes, lengths) if engine.budgeted_memory and on_gpus else None
+    rows = _inference_rows(config, dims, placement, gpu_bytes, kv)
     rows += _learner_rows(config, dims, placement, checkpointing, gpu_bytes)
     if placement.colocated:
         rows += _colocated_generating_rows(config, dims, placement, gpu_bytes, checkpointing)
@@ -879,9 +884,7 @@ def plan_memory(config: Config, dims: ModelDims, placement: PlacementPlan, gpu_b
     if placement.colocated and planned_engine(config, on_gpus=True).sleep_mode:
         rows.append(_pinned_row(config, dims, placement, host))
     plan = MemoryPlan(rows, capacity_source, checkpointing)
-    engine = planned_engine(config, on_gpus=True)
-    if engine.budgeted_memory and engine.paged_kv_cache and any(a.gpu_ids for a in placement.by_role("inference")):
-        plan.kv = paged_kv(config, dims, gpu_bytes, lengths)
+    plan.kv = kv if engine.paged_kv_cache else None
     plan.max_micro_batch_tokens = max_micro_batch_tokens(config, dims, placement, gpu_bytes, checkpointing)
     if plan.max_micro_batch_tokens is not None:
         for row in rows:

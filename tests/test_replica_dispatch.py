@@ -47,7 +47,7 @@ def test_two_engine_replicas_give_the_run_of_one(short_run, tmp_path, monkeypatc
     from its own generator, so the rows, the league and the adapter files are byte-equal. Its logits are not
     bit-identical across batches (the left-padding width and one- or two-row matrix products change the float
     sums by ~1e-6, docs/inference.md); the sampled tokens, all a run's rows depend on here, stay the same.
-    A replica's batch is set to one row (``planning.dispatch.BATCH_ROWS``, read by the driver, which runs here), so
+    A replica's batch is set to one row (the engines' cap as ``planning.dispatch`` reads it, ``HF_MAX_BATCH_ROWS``; the driver runs here), so
     the short run's batches go through the queue in up to 4 pieces per replica instead of one each."""
     from actors.driver import train
     from configs import load_config
@@ -58,7 +58,7 @@ def test_two_engine_replicas_give_the_run_of_one(short_run, tmp_path, monkeypatc
     assert short_run.returncode == 0, short_run.stderr[-3000:]
     config = load_config(None, [*SHORT_RUN, "run.steps=2", "run.dashboard=false", "resources.inference_gpus=2",
                                 f"run.run_dir={tmp_path / 'two'}"])
-    monkeypatch.setattr("planning.dispatch.BATCH_ROWS", 1)
+    monkeypatch.setattr("planning.dispatch.HF_MAX_BATCH_ROWS", 1)
     with standin_cluster({"num_cpus": 6, "num_gpus": 2}):
         assert train(config, output="quiet") == 0
     one, two = comparable_state(short_run.run_dir, 2), comparable_state(tmp_path / "two", 2)
