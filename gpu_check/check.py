@@ -34,6 +34,13 @@ Parts, each in its own subprocess (a failure or timeout is recorded in the JSON,
    ``--standin`` runs this part on CPUs (``POPULORA_GPU_STANDIN=1``: a logical GPU, the actors on their CPU path;
    expected device ``cpu``; phases planned for the CPU layout): ``python -m gpu_check --parts system
    --standin`` (2 to 5 minutes on two cores, by their load; most of it starts the five systems).
+6. ``vllm``: ``python -m gpu_check.vllm_check``, CUDA vLLM on the tiny test model with two adapters: generation, a
+   hot swap (the next generation uses the new weights, the other adapter's output unchanged), the engine's
+   sampled-token log-probs against the learner's (mean exp(engine - learner) within 1 +- 0.02 per adapter, at the
+   7B presets' temperature and top_p) and, in the colocated layout, a sleep/wake that leaves the outputs equal.
+   Where vLLM does not import, or is the CPU build, the part is ``not_run`` with the reason and does not count
+   against ``ok`` (the machines lent so far have no vLLM); CI runs its hot swap and log-prob checks on vLLM's CPU
+   build (``tests/test_engines.py``).
 
 A bench part runs only where the module's ``--help`` lists the options it is given (``--device``,
 ``--widths``); otherwise it is recorded as not run, with the reason.
@@ -43,7 +50,8 @@ Each part is judged against its goal, not only its exit code (``goal`` and ``pas
 15% of every measured peak and never under one, and only configurations the plan says do not fit run out of memory
 (the bench's ``within_goal``); ``learner`` 8 mixed adapters cost at most 1.15x one adapter with the same tokens;
 ``evolution`` every operator makes a 7B rank-64 child within its time goal; ``system`` every check of
-``gpu_check/system.py`` (``result.checks``). ``ok`` is the conjunction.
+``gpu_check/system.py`` (``result.checks``); ``vllm`` every check ``gpu_check/vllm_check.py`` ran. ``ok`` is the
+conjunction (a ``vllm`` part that could not run here left out).
 
 Besides torch, transformers and peft the project's modules need pydantic, trueskill, pyyaml, safetensors and
 pytest (``REQUIRED``); a missing one stops the check at once with one line naming them and how to install them.
@@ -74,7 +82,7 @@ LEARNER_RATIO_GOAL = 1.15
 SYSTEM_REQUIRED = {"ray": "ray", "tqdm": "tqdm", "tensorboard": "tensorboard", "psutil": "psutil"}
 """Import name -> PyPI name of what the ``system`` part needs besides ``REQUIRED`` (``gpu_check/system.py``'s)."""
 PACK_SCRIPT = "gpu_check/pack_deps.sh"
-PART_NAMES = ("gpu_tests", "memory_plan", "learner", "evolution", "system")
+PART_NAMES = ("gpu_tests", "memory_plan", "learner", "evolution", "system", "vllm")
 
 
 def missing_line(missing: list[str]) -> str:
@@ -128,6 +136,9 @@ def judge(name: str, part: dict) -> dict:
         return {"goal": "through Ray on the GPU: every actor's tensors on the device, one base mapped, adapters handed "
                         "over each step; a killed student learner and a resume from step 4 end equal to the reference",
                 "passed": part["status"] == "ok" and result.get("passed") is True and bool(checks) and all(checks.values())}
+    if name == "vllm":
+        return {"goal": "CUDA vLLM: generation, a hot swap, log-prob ratio to the learner within 1 +- 0.02, sleep/wake "
+                        "equal", "passed": part["status"] == "ok" and result.get("passed") is True}
     return {"goal": "exit status 0", "passed": part["status"] == "ok"}
 
 
@@ -227,9 +238,9 @@ def part_bench(cmd: list[str], timeout: float) -> dict:
     return result
 
 
-def part_system(cmd: list[str], timeout: float) -> dict:
-    """``gpu_check/system.py``: its JSON under ``result``; where it did not run (a dependency or the device missing)
-    or the memory plan refused the layout, its reason is the part's."""
+def part_script(cmd: list[str], timeout: float) -> dict:
+    """``gpu_check/system.py`` or ``gpu_check/vllm_check.py``: its JSON under ``result``; where it did not run (a
+    dependency or the device missing) or the memory plan refused the layout, its reason is the part's."""
     result = part_bench(cmd, timeout)
     inner = result.get("result") or {}
     if inner.get("status") == "not_run":
@@ -282,6 +293,7 @@ def parts(args: argparse.Namespace) -> dict[str, dict]:
         system += ["--gpu-memory-gib", str(args.gpu_memory_gib)] if args.gpu_memory_gib else []
         system += ["--work-dir", str(args.work_dir)] if args.work_dir else []
         out["system"] = {"command": system} if not missing else {"skip": missing_line(missing)}
+    out["vllm"] = {"command": [py, "-m", "gpu_check.vllm_check"]}
     return {name: part for name, part in out.items() if name in args.parts}
 
 
@@ -345,14 +357,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[gpu_check] {name}: {shown}", file=sys.stderr, flush=True)
             try:
                 report["parts"][name] = (part_gpu_tests(args.timeout, args.out.parent) if name == "gpu_tests"
-                                         else part_system(command, args.timeout) if name == "system"
+                                         else part_script(command, args.timeout) if name in ("system", "vllm")
                                          else part_bench(command, args.timeout))
             except Exception as exc:  # a broken part is recorded, the others still run
                 report["parts"][name] = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
             report["parts"][name].update(judge(name, report["parts"][name]))
-            print(f"[gpu_check] {name}: {'PASS' if report['parts'][name]['passed'] else 'FAIL'} "
-                  f"({report['parts'][name]['goal']})", file=sys.stderr, flush=True)
-    report["ok"] = bool(report["parts"]) and all(p.get("passed", p["status"] == "listed") for p in report["parts"].values())
+            done = report["parts"][name]
+            verdict = (f"NOT RUN: {done.get('reason')}" if done["status"] == "not_run"
+                       else "PASS" if done["passed"] else "FAIL")
+            print(f"[gpu_check] {name}: {verdict} ({done['goal']})", file=sys.stderr, flush=True)
+    counted = {n: p for n, p in report["parts"].items() if not (n == "vllm" and p["status"] == "not_run")}
+    report["ok"] = bool(counted) and all(p.get("passed", p["status"] == "listed") for p in counted.values())
     if not args.dry:
         args.out.write_text(json.dumps(report, indent=1))
     print(json.dumps(report))

@@ -211,15 +211,15 @@ def build_model(out_dir: Path) -> Path:
     return out_dir
 
 
-def build_adapters(model_dir: Path, out_dir: Path, count: int) -> list[Path]:
-    """``count`` PEFT adapters (B ~ N(0, 0.02)) saved by the learners' own publisher."""
+def build_adapters(model_dir: Path, out_dir: Path, count: int, init_b_std: float = 0.02) -> list[Path]:
+    """``count`` PEFT adapters (B ~ N(0, ``init_b_std``)) saved by the learners' own publisher."""
     from transformers import AutoModelForCausalLM
 
     from learners.multi_lora import LoRASpec, MultiLoRAModel
     from learners.peft_io import save_adapter
 
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    mlm = MultiLoRAModel(base, LoRASpec(rank=ADAPTER_RANK, alpha=ADAPTER_ALPHA, num_slots=count), init_b_std=0.02, seed=0)
+    mlm = MultiLoRAModel(base, LoRASpec(rank=ADAPTER_RANK, alpha=ADAPTER_ALPHA, num_slots=count), init_b_std=init_b_std, seed=0)
     return [save_adapter(mlm, slot, out_dir / f"a{slot}") for slot in range(count)]
 
 

@@ -238,6 +238,27 @@ def test_logprobs_are_those_of_the_sampling_distribution(engine, reference):
     assert results[-1][0].logprobs == [0.0] * len(results[-1][0].token_ids)
 
 
+def test_the_gpu_checks_log_prob_ratio_and_hot_swap_hold_on_this_backend(engine, tiny_qwen2, adapter_dirs):
+    """``gpu_check.vllm_check``'s own checks (the ones the GPU machine runs on CUDA vLLM) on every backend here:
+    mean exp(engine - learner) log-prob within 1 +- 0.02 per adapter at T = 1, top_p = 1; a hot swap that the
+    learner's new-weight slot explains, leaving the other adapter and the base unchanged."""
+    from gpu_check.vllm_check import build_learner, check_hot_swap, check_logprob_ratio
+
+    scorer = build_learner(tiny_qwen2, [adapter_dirs[a] for a in ("a0", "a1", "a2")], "float32", "cpu")
+    ratio = check_logprob_ratio(engine, scorer, ("a0", "a2"), temperature=1.0, top_p=1.0)
+    assert ratio["passed"], ratio
+    assert all(v["max_abs_diff"] <= LOGPROB_ATOL[engine.backend] for v in ratio["adapters"].values()), ratio
+    engine.load_adapter("swap", adapter_dirs["a0"], version=1)
+    try:
+        swap = check_hot_swap(engine, scorer, "swap", 0, adapter_dirs["a2"], 2, "a1", temperature=1.0, top_p=1.0)
+    finally:
+        engine.remove_adapter("swap")
+    assert swap["passed"], swap
+    assert swap["against_old_weights"]["max_abs_diff"] > 100 * swap["against_new_weights"]["max_abs_diff"], swap
+    # the check fails what it should: the old weights do not explain the swapped adapter's tokens
+    assert abs(swap["against_old_weights"]["ratio"] - 1) > 0.02, swap
+
+
 def test_seeded_sampling_is_reproducible_and_samples_differ(engine):
     request = GenerationRequest("a1", PROMPTS[0], temperature=1.0, max_tokens=MAX_TOKENS, n=3, seed=123)
     alone = engine.generate([request])[0]

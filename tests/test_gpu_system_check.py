@@ -177,3 +177,22 @@ def test_the_judges_fail_what_they_should(tmp_path):
     assert not gpu_check.judge("system", {"status": "ok", "result": {**result, "checks": {"on_device": False}}})["passed"]
     assert not gpu_check.judge("system", {"status": "failed", "result": result})["passed"]
     assert not gpu_check.judge("system", {"status": "not_run"})["passed"]
+
+
+def test_the_vllm_part_says_why_it_did_not_run_and_leaves_ok_alone(tmp_path):
+    """Here vLLM is absent or the CPU build, so the CUDA part reports not_run with the reason (exit 3); gpu_check
+    judges it not passed and leaves it out of ``ok``, and passes it only when every check ran and passed."""
+    from gpu_check import check as gpu_check
+    from gpu_check.vllm_check import why_not_run
+
+    reason = why_not_run("cuda")
+    if reason is None:
+        pytest.skip("CUDA vLLM is here: the part runs (python -m gpu_check --parts vllm)")
+    done, _ = run_script("-m", "gpu_check.vllm_check", timeout=300)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert last_json(done.stdout) == {"status": "not_run", "reason": reason}
+    assert done.stderr.strip().splitlines()[-1] == f"gpu_check.vllm_check: not run: {reason}"
+    result = {"passed": True, "checks": {"hot_swap": {"passed": True}}}
+    assert gpu_check.judge("vllm", {"status": "ok", "result": result})["passed"]
+    assert not gpu_check.judge("vllm", {"status": "ok", "result": {**result, "passed": False}})["passed"]
+    assert not gpu_check.judge("vllm", {"status": "not_run", "result": {"status": "not_run"}})["passed"]
