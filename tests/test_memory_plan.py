@@ -315,7 +315,7 @@ def test_gpu_check_without_cuda_records_every_part_and_writes_one_json(tmp_path)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report == json.loads(out.read_text())
-    assert set(report["parts"]) == {"gpu_tests", "memory_plan", "learner", "evolution", "system"}
+    assert set(report["parts"]) == {"gpu_tests", "memory_plan", "learner", "evolution", "system", "vllm"}
     assert all(p["status"] in ("skipped", "not_run") and p["reason"] for p in report["parts"].values())
     assert report["ok"] is False and report["cuda"]["available"] is False
 
