@@ -289,7 +289,7 @@ def main() -> None:
     parser.add_argument("--probes", type=int, default=120, help="held-out probe tasks (0: no probes)")
     parser.add_argument("--samples", type=int, default=4, help="answers per probe task and student")
     parser.add_argument("--jobs", type=int, choices=(1, 2), default=1,
-                        help="runs at once: 2 trains a seed's two arms side by side (for machines with more than 2 cores)")
+                        help="runs at once: 2 keeps two runs going, the next queued run starting as either ends")
     parser.add_argument("--report-only", action="store_true", help="summarise the kept runs (no training)")
     parser.add_argument("--population-override", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for the population arm alone (repeatable), e.g. population.teachers=4")
@@ -313,17 +313,18 @@ def main() -> None:
     pace = dict(SECONDS_PER_STEP)
     usable: dict[str, list[Path]] = {arm: [] for arm in ARMS}
     failed: list[Path] = []
-    for seed in range(args.seeds):
-        # --jobs 2: a seed's two arms side by side, the next seed when both end. On 2 cores no faster than one at a
-        # time (a run keeps both cores partly busy: 8.8 + 6.4 s a step side by side against 4.4 + 3.2 alone).
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            outcomes = dict(zip(ARMS, pool.map(lambda arm: settle(arm, seed, folder, configs[arm], pace, args), ARMS)))
-        for arm, ok in outcomes.items():
-            run_dir = folder / arm / f"seed-{seed}"
-            if ok:
-                usable[arm].append(run_dir)
-            elif run_dir.exists():
-                failed.append(run_dir)
+    # One queue of (arm, seed) runs, the slower population first within a seed; with --jobs 2 a run starts as soon
+    # as either slot frees up, so the single agent's shorter run does not leave a core idle until the population's
+    # ends (a seed pair waited for its slower arm before; the next seed now starts beside it).
+    queue = [(arm, seed) for seed in range(args.seeds) for arm in ARMS]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        outcomes = list(pool.map(lambda job: settle(job[0], job[1], folder, configs[job[0]], pace, args), queue))
+    for (arm, seed), ok in zip(queue, outcomes):
+        run_dir = folder / arm / f"seed-{seed}"
+        if ok:
+            usable[arm].append(run_dir)
+        elif run_dir.exists():
+            failed.append(run_dir)
     if not all(usable[arm] for arm in ARMS):
         raise SystemExit(f"error: no finished run of {', '.join(a for a in ARMS if not usable[a])} in {folder}")
 
