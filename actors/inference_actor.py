@@ -117,11 +117,14 @@ class InferenceActor:
         return self.engine.adapters()
 
     def scratch(self) -> tuple[str, list[str]]:
-        """(node id, directories this actor owns in RAM-backed storage): what to delete should it be killed
-        before ``close`` (``System.stop`` removes them on that node)."""
+        """(node id, what this actor owns in RAM-backed storage: its directories and the shared-memory segments its
+        engine's processes map, ``inference.shared_memory``): what to delete should it be killed before ``close``
+        (``System.stop`` removes them on that node)."""
+        from inference.shared_memory import mapped_segments
+
         store = getattr(self.engine, "store", None)
         paths = [str(self._tmp)] + ([str(store.root)] if store is not None else [])
-        return ray.get_runtime_context().get_node_id(), paths
+        return ray.get_runtime_context().get_node_id(), paths + mapped_segments(os.getpid())
 
     def close(self) -> None:
         """Free the engine and delete its adapter directories (called before the actor is killed)."""

@@ -6,6 +6,8 @@ the end of every run and every recovery)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 
 import ray
@@ -15,11 +17,15 @@ from learners.shared_base_paths import base_dir_for, release_base
 
 @ray.remote(num_cpus=0)
 def clean_node(paths: list[str], model_path: str | None = None, dtype: str = "float32") -> str:
-    """On the node this task runs on, delete ``paths`` (what a killed engine left in /dev/shm) and, given
+    """On the node this task runs on, delete ``paths`` (what a killed engine left in /dev/shm: directories and shared-memory segments) and, given
     ``model_path``, the learners' shared base of that model in ``dtype`` (``learners.shared_base``: named from
     the model directory as this node sees it, so each node releases its own copy). Returns the node's id."""
     for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:  # a dead engine's shared-memory segment (inference.shared_memory)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     if model_path is not None:
         try:
             release_base(base_dir_for(model_path, dtype))

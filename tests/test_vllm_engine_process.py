@@ -3,8 +3,11 @@
 On a GPU vLLM runs its engine core in a process of its own (``VLLM_ENABLE_V1_MULTIPROCESSING=1``, its default);
 a core that outlived a SIGKILLed engine actor would keep the GPU memory the recovery's new engine needs. The CPU
 path runs the core in-process (``inference.vllm_engine``), so this test turns the GPU's mode on for one engine actor
-on vLLM's CPU build, kills the actor with SIGKILL and waits for its whole process tree to be gone. Skipped where
-vLLM does not import (`bash install.sh cpu-vllm` installs it; CI does).
+on vLLM's CPU build, kills the actor with SIGKILL and waits for its whole process tree to be gone. The shared-memory
+segments of vLLM's message queues (``psm_*`` in /dev/shm, 160-240 MiB each) outlive the kill; the actor listed them
+among its scratch while alive, and the node clean-up the system runs after a dead engine removes them (before, every
+run of this test left 400 MiB in /dev/shm). Skipped where vLLM does not import (`bash install.sh cpu-vllm` installs
+it; CI does).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import pytest
 import ray
 
 from actors.cluster import NAMESPACE
+from actors.node_cleanup import clean_node
 from inference import vllm_available
+from inference.shared_memory import SEGMENT_PREFIXES
 
 pytestmark = [pytest.mark.vllm]
 
@@ -63,6 +68,7 @@ def test_a_sigkilled_engine_actor_leaves_no_engine_core_process():
     from actors.inference_actor import InferenceActor
 
     model = str(ensure_model("test", progress=False))
+    before = set(Path("/dev/shm").glob("psm_*"))
     ray.init(address="local", num_cpus=2, include_dashboard=False, namespace=NAMESPACE, logging_level="WARNING",
              runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}})
     try:
@@ -73,6 +79,10 @@ def test_a_sigkilled_engine_actor_leaves_no_engine_core_process():
         pid = ray._private.state.actors(actor._actor_id.hex())["Pid"]
         tree = descendants(pid)
         assert any(name.startswith("VLLM::EngineCor") for name in tree.values()), f"no engine core process: {tree}"
+        _, scratch = ray.get(actor.scratch.remote(), timeout=60)
+        segments = [p for p in scratch if p.startswith(SEGMENT_PREFIXES)]
+        assert segments, scratch
+        assert all(Path(p).exists() for p in segments), scratch
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 60
         while [p for p in tree if running(p)] and time.monotonic() < deadline:
@@ -81,5 +91,10 @@ def test_a_sigkilled_engine_actor_leaves_no_engine_core_process():
         for p in left:  # do not leave them to the next test
             os.kill(p, signal.SIGKILL)
         assert not left, f"processes of the killed engine still running: {left}"
+        assert all(Path(p).exists() for p in segments), "the kill itself removed the segments: nothing to check"
+        ray.get(clean_node.remote(scratch), timeout=60)  # what System.stop runs on the dead engine's node
+        assert not [p for p in scratch if Path(p).exists()], "left in /dev/shm after the clean-up"
+        after = set(Path("/dev/shm").glob("psm_*"))
+        assert after <= before, f"left in /dev/shm, not listed by the engine: {after - before}"
     finally:
         ray.shutdown()
