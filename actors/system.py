@@ -119,7 +119,7 @@ class System:
     owners: dict[str, list[int]] = field(default_factory=dict)
     model_path: str | None = None  # the learners' shared base of it is released on every node by ``stop``
     _learner_groups: dict[int, Any] = field(default_factory=dict)
-    _scratch: list[tuple[str, list[str]]] = field(default_factory=list)  # (node, RAM-backed dirs) of the engines
+    _scratch: list[tuple[str, list[str]]] = field(default_factory=list)  # (node, RAM-backed dirs and shm segments) of the engines
     sleep_mode: str = ""  # colocated: how the engines sleep while the learners train, or why they do not
     asleep: bool = False  # colocated: the engines sleep (the learners have their GPUs)
     runtime: str = ""  # what the engines run: vLLM's version, model runner and CUDA graphs, or transformers'
