@@ -52,28 +52,29 @@ class Scorer:
     slots: dict[str, int]
     pad_id: int = 0
 
-    def logprobs(self, generations: Sequence[Any], slot_of: dict[str | None, int], temperature: float) -> list[Any]:
+    def logprobs(self, generations: Sequence[Any], slot_of: dict[str | None, int], temperature: float,
+                 mode: str = "pad") -> list[Any]:
         """log pi_T(y_t) of every completion token, per generation, each scored with ``slot_of[adapter]``
-        (``None``, the base: every adapter off)."""
+        (``None``, the base: every adapter off), in ``micro_batches``' ``mode`` (pad or pack)."""
         import torch
 
         from learners.batching import Sample, micro_batches
         from learners.policy_learner import forward_loss_tokens
 
         device = next(self.model.parameters()).device
-        samples = [Sample(slot_of.get(g.adapter, 0), g.prompt_token_ids, g.token_ids, reward=0.0) for g in generations]
         out: dict[int, Any] = {}
         with torch.no_grad():
-            for adapter_off in (False, True):
-                wanted = {i for i, g in enumerate(generations) if (g.adapter is None) == adapter_off}
-                if not wanted:
+            for adapter_off in (False, True):  # adapter rows, then base rows: each scored once
+                index = [i for i, g in enumerate(generations) if (g.adapter is None) == adapter_off]
+                if not index:
                     continue
-                for batch in micro_batches(samples, pad_id=self.pad_id, max_tokens=4096):
+                samples = [Sample(0 if adapter_off else slot_of[generations[i].adapter], generations[i].prompt_token_ids,
+                                  generations[i].token_ids, reward=0.0) for i in index]
+                for batch in micro_batches(samples, pad_id=self.pad_id, max_tokens=4096, mode=mode):
                     scored = forward_loss_tokens(self.model, batch.to(device), adapter_off=adapter_off,
                                                  temperature=temperature)
-                    for i in torch.unique(scored.sample).tolist():
-                        if i in wanted:
-                            out[i] = scored.logprobs[scored.sample == i].double().cpu()
+                    for j in torch.unique(scored.sample).tolist():
+                        out[index[j]] = scored.logprobs[scored.sample == j].double().cpu()
         return [out[i] for i in range(len(generations))]
 
 
@@ -122,9 +123,9 @@ def check_logprob_ratio(engine: Any, scorer: Scorer, adapters: Sequence[str], te
     per: dict[str, Any] = {}
     for name in (*adapters, None):
         gens = flat(engine.generate(sampled(name, temperature, top_p)))
-        learner = scorer.logprobs(gens, {name: scorer.slots.get(name, 0)} if name else {}, temperature)
-        per[name or "base"] = {**ratio_stats([g.logprobs for g in gens], learner), "passed": None}
-        per[name or "base"]["passed"] = within(per[name or "base"]["ratio"])
+        stats = ratio_stats([g.logprobs for g in gens], scorer.logprobs(gens, {name: scorer.slots[name]} if name else {},
+                                                                           temperature))
+        per[name or "base"] = {**stats, "passed": within(stats["ratio"])}
     return {"passed": all(v["passed"] for v in per.values()), "goal": f"1 +- {RATIO_TOLERANCE}",
             "temperature": temperature, "top_p": top_p, "adapters": per}
 

@@ -37,8 +37,9 @@ def mapped_segments(pid: int, prefixes: tuple[str, ...] = SEGMENT_PREFIXES) -> l
             lines = Path(f"/proc/{each}/maps").read_text().splitlines()
         except OSError:  # exited meanwhile, or no /proc (macOS)
             continue
-        for line in lines:
-            path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
+        for line in lines:  # address perms offset dev inode [path]
+            fields = line.split(maxsplit=5)
+            path = fields[5] if len(fields) == 6 else ""
             if path.startswith(prefixes) and not path.endswith(" (deleted)"):  # an unlinked one is not left behind
                 found.add(path)
     return sorted(found)

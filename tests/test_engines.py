@@ -177,38 +177,28 @@ def test_hot_swap_changes_only_that_adapter(engine, reference, adapter_dirs):
         engine.generate([greedy("hot", PROMPTS[0])])
 
 
+@pytest.fixture(scope="module")
+def scorer(tiny_qwen2, adapter_dirs):
+    """The learner (``MultiLoRAModel``, float32 on the CPU) holding a0, a1, a2 in slots 0-2, as the GPU check's."""
+    from gpu_check.vllm_check import build_learner
+
+    return build_learner(tiny_qwen2, [adapter_dirs[a] for a in ("a0", "a1", "a2")], "float32", "cpu")
+
+
 @pytest.mark.parametrize("mode", ["pad", "pack"])
-def test_logprobs_agree_with_the_learner_forward_pass(engine, tiny_qwen2, adapter_dirs, mode):
-    """Sampled tokens (temperature 0.8, top_p 1) re-scored by the learner's own loss-token forward pass.
+def test_logprobs_agree_with_the_learner_forward_pass(engine, scorer, mode):
+    """Sampled tokens (temperature 0.8, top_p 1) re-scored by the learner's own loss-token forward pass
+    (``forward_loss_tokens`` through ``gpu_check.vllm_check.Scorer``, padded or packed).
 
     Without top-p the sampling distribution is the tempered policy softmax(z / T), which is what
     ``forward_loss_tokens(temperature=T)`` computes; base rows are scored with the adapter switched off.
     """
-    from transformers import AutoModelForCausalLM
-
-    from learners.batching import micro_batches, Sample
-    from learners.multi_lora import LoRASpec, MultiLoRAModel
-    from learners.peft_io import load_adapter
-    from learners.policy_learner import forward_loss_tokens
-
     requests = [GenerationRequest(a, PROMPTS[1], temperature=0.8, top_p=1.0, max_tokens=MAX_TOKENS, n=2, seed=7)
                 for a in ("a0", "a2", None)]
     gens = [g for gs in engine.generate(requests) for g in gs]
-    learner = MultiLoRAModel(AutoModelForCausalLM.from_pretrained(tiny_qwen2, dtype=torch.float32),
-                             LoRASpec(rank=8, alpha=16, num_slots=2))
-    load_adapter(learner, 0, adapter_dirs["a0"])
-    load_adapter(learner, 1, adapter_dirs["a2"])
-    slots = {"a0": 0, "a2": 1, None: 0}
-    samples = [Sample(slots[g.adapter], g.prompt_token_ids, g.token_ids, reward=0.0) for g in gens]
-    learner_lp: dict[int, torch.Tensor] = {}
-    with torch.no_grad():
-        for adapter_off in (False, True):
-            for batch in micro_batches(samples, pad_id=0, max_tokens=4096, mode=mode):
-                out = forward_loss_tokens(learner, batch, adapter_off=adapter_off, temperature=0.8)
-                for i in torch.unique(out.sample).tolist():
-                    if (gens[i].adapter is None) == adapter_off:
-                        learner_lp[i] = out.logprobs[out.sample == i]
-    worst = max(float((learner_lp[i] - torch.tensor(g.logprobs)).abs().max()) for i, g in enumerate(gens))
+    learner_lp = scorer.logprobs(gens, scorer.slots, temperature=0.8, mode=mode)
+    worst = max(float((learner_lp[i] - torch.tensor(g.logprobs, dtype=torch.float64)).abs().max())
+                for i, g in enumerate(gens))
     assert worst <= LOGPROB_ATOL[engine.backend], f"max |engine - learner| log-prob = {worst:.2e}"
 
 
@@ -238,13 +228,12 @@ def test_logprobs_are_those_of_the_sampling_distribution(engine, reference):
     assert results[-1][0].logprobs == [0.0] * len(results[-1][0].token_ids)
 
 
-def test_the_gpu_checks_log_prob_ratio_and_hot_swap_hold_on_this_backend(engine, tiny_qwen2, adapter_dirs):
+def test_the_gpu_checks_log_prob_ratio_and_hot_swap_hold_on_this_backend(engine, scorer, adapter_dirs):
     """``gpu_check.vllm_check``'s own checks (the ones the GPU machine runs on CUDA vLLM) on every backend here:
     mean exp(engine - learner) log-prob within 1 +- 0.02 per adapter at T = 1, top_p = 1; a hot swap that the
     learner's new-weight slot explains, leaving the other adapter and the base unchanged."""
-    from gpu_check.vllm_check import build_learner, check_hot_swap, check_logprob_ratio
+    from gpu_check.vllm_check import check_hot_swap, check_logprob_ratio
 
-    scorer = build_learner(tiny_qwen2, [adapter_dirs[a] for a in ("a0", "a1", "a2")], "float32", "cpu")
     ratio = check_logprob_ratio(engine, scorer, ("a0", "a2"), temperature=1.0, top_p=1.0)
     assert ratio["passed"], ratio
     assert all(v["max_abs_diff"] <= LOGPROB_ATOL[engine.backend] for v in ratio["adapters"].values()), ratio
