@@ -89,8 +89,10 @@ H200 = DeviceKind(
     # the datasheet's 141 GB HBM3e
     peak_flops=Sourced(989e12, "NVIDIA H200 SXM datasheet, dense bf16 (1,979 TFLOPS with sparsity): the H100 SXM's peak"),
     memory_bandwidth=Sourced(4.8e12, "NVIDIA H200 SXM datasheet, 141 GB HBM3e at 4.8 TB/s"),
-    train_mfu=Sourced(H100.train_mfu.value, "assumed equal to the H100's measured training MFU (bench/learner.py on one "
-                                            "H100, 2026-11-25; same compute peak); not measured on an H200"),
+    train_mfu=Sourced(0.369, "planning/calibrate.py on one H200, 2026-11-28, at the 7B preset's shapes (Qwen2.5-7B's "
+                              "widths, 28 layers, 4 adapters of rank 64, 16 sequences of 512 + 1,024 tokens, "
+                              "checkpointing): 9,076 tokens/s; bench/learner.py's 8 x 4,096 tokens ran at 9,610 tokens/s "
+                              "there (the H100's 8,550)", measured=True),
     prefill_mfu=Sourced(H100.prefill_mfu.value, "assumed equal to the H100's (itself assumed equal to its training MFU); "
                                                 "not measured on an H200"),
     decode_mfu=Sourced(H100.decode_mfu.value, "assumed equal to the H100's cited figure (6,300 output tokens/s, 7B); not "

@@ -45,8 +45,8 @@ give every GPU to each phase and add one ``switch`` per step: vLLM engines sleep
 after it (``sleep_wake_s``); the transformers engine has no sleep mode and stays awake, so its switch is 0 s.
 
 **The engine** (``planned_engine``: vLLM where the config asks for it or ``auto`` on GPUs, else the transformers
-engine). The generation constants of a GPU kind are vLLM's (cited or measured with vLLM); nobody has measured the
-transformers engine on a GPU, so a transformers engine on a GPU is planned at the kind's rates and the plan says so
+engine). The generation constants of a GPU kind are vLLM's (cited or measured with vLLM); the transformers engine's
+are not built in (docs/time.md has one H200's), so a transformers engine on a GPU is planned at the kind's rates and the plan says so
 (:attr:`TimePlan.notes`): a lower bound, since a small model's decode steps are bound by per-step overhead (kernel
 launches, Python) that the rates and the weight-read tail do not count. ``planning/calibrate.py`` on the node
 measures the engine's own (a constants file of the ``hf`` engine replaces them).

@@ -105,7 +105,8 @@ def test_h200_is_a_device_kind_with_its_sources():
     assert h200.peak_flops.value == h100.peak_flops.value == 989e12 and "H200 SXM datasheet" in h200.peak_flops.source
     assert h200.memory_bandwidth.value == 4.8e12 and "H200 SXM datasheet" in h200.memory_bandwidth.source
     assert 139 < h200.memory_gib < 141
-    for name in ("train_mfu", "prefill_mfu", "decode_mfu", "lora_decode_overhead"):
+    assert h200.train_mfu.measured and "calibrate" in h200.train_mfu.source and "H200" in h200.train_mfu.source
+    for name in ("prefill_mfu", "decode_mfu", "lora_decode_overhead"):  # vLLM's: not measured on an H200 yet
         value = getattr(h200, name)
         assert value.value == getattr(h100, name).value and not value.measured, name
         assert "assumed equal to the H100" in value.source, name
