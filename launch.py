@@ -149,12 +149,16 @@ def cluster_view() -> ClusterView:
 
 
 def host_view() -> HostView:
-    """This machine's RAM and the size of /dev/shm (where the learners' shared base goes); whether it has GPUs (then
-    its RAM is the GPU node's, which holds the sleeping engines' weights of a colocated layout)."""
-    shm = Path("/dev/shm")
+    """This machine's RAM and the size of /dev/shm or ``$POPULORA_SHM_DIR`` (where the learners' shared base goes);
+    whether it has GPUs (then its RAM is the GPU node's, which holds the sleeping engines' weights of a colocated
+    layout)."""
+    from learners.shared_base_paths import SHM_DIR_ENV, default_shm_dir
+
+    shm = default_shm_dir()
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return HostView(ram_bytes=ram, shm_bytes=shutil.disk_usage(shm).total if shm.is_dir() else ram,
-                    shm_path=str(shm) if shm.is_dir() else "temp dir", gpu_node=local_gpus() > 0)
+    on_shm = shm == Path("/dev/shm") or bool(os.environ.get(SHM_DIR_ENV, "").strip())
+    return HostView(ram_bytes=ram, shm_bytes=shutil.disk_usage(shm).total if on_shm else ram,
+                    shm_path=str(shm) if on_shm else "temp dir", gpu_node=local_gpus() > 0)
 
 
 def plan(config: Config, cluster: str | None = None, lengths: Lengths | None = None) -> RunPlan:

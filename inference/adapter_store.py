@@ -24,6 +24,7 @@ from typing_extensions import Buffer
 
 from inference.requests import AdapterLoadError
 from learners.peft_io import WEIGHTS_NAME, read_adapter_config
+from learners.shared_base_paths import default_shm_dir
 
 
 @dataclass(frozen=True)
@@ -79,15 +80,14 @@ def write_adapter_dir(files: Mapping[str, Buffer], directory: Path) -> Path:
 
 
 def ram_backed_root() -> Path:
-    """``/dev/shm`` where it exists and is writable (Linux), else the system temp directory."""
-    shm = Path("/dev/shm")
-    if shm.is_dir():
-        try:
-            with tempfile.TemporaryFile(dir=shm):
-                return shm
-        except OSError:
-            pass
-    return Path(tempfile.gettempdir())
+    """``learners.shared_base_paths.default_shm_dir`` (``$POPULORA_SHM_DIR``, else ``/dev/shm``) where it is
+    writable, else the system temp directory."""
+    shm = default_shm_dir()
+    try:
+        with tempfile.TemporaryFile(dir=shm):
+            return shm
+    except OSError:
+        return Path(tempfile.gettempdir())
 
 
 class AdapterStore:

@@ -12,8 +12,20 @@ from pathlib import Path
 from typing import Any
 
 
+SHM_DIR_ENV = "POPULORA_SHM_DIR"
+"""The environment variable that names another RAM-backed directory for our files (a container whose /dev/shm is
+small, or two runs kept apart on one machine); the actors inherit it from the process that starts the cluster."""
+
+
 def default_shm_dir() -> Path:
-    """``/dev/shm`` where it exists (Linux), else the temp dir."""
+    """Where the shared base and the adapter stores go: ``$POPULORA_SHM_DIR`` where set (it must be a directory),
+    else ``/dev/shm`` where it exists (Linux), else the temp dir."""
+    chosen = os.environ.get(SHM_DIR_ENV, "").strip()
+    if chosen:
+        if not Path(chosen).is_dir():
+            raise FileNotFoundError(f"{SHM_DIR_ENV}={chosen} is not a directory (create it, or unset the variable "
+                                    "to use /dev/shm)")
+        return Path(chosen)
     return Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,47 @@ from short_runs import SHORT, SHORT_RUN, Launched, launched
 
 # Ray started by any test binds loopback only.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+# Each process of the suite (each xdist worker) keeps our RAM-backed files (adapter stores, the learners' shared base)
+# in a directory of its own, which every Ray cluster and `launch.py` it starts inherits: tests that count what a run
+# leaves behind see only their own worker's files.
+SHM_DIR = Path("/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir()) / (
+    f"pytest-populora-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}")
+SHM_DIR.mkdir(exist_ok=True)
+os.environ["POPULORA_SHM_DIR"] = str(SHM_DIR)
+
+# The test files that start Ray clusters or vLLM engines, each in one of two groups: under the README's
+# `pytest -n auto --dist loadgroup` a group's files run one after another on one worker, the two groups side by side,
+# and every other file on whichever worker is free. vLLM's message queues live in /dev/shm whatever POPULORA_SHM_DIR
+# says, so every file that starts a vLLM engine is in the first group (one of them counts those segments). The split
+# balances the groups' minutes as measured (~1,230 and ~1,370 s side by side on two cores).
+MACHINE_GROUPS = {
+    "machine-a": frozenset({
+        "test_cluster_faults", "test_colocated", "test_engines", "test_evaluation_vllm", "test_existing_cluster",
+        "test_gpu_system_check", "test_recovery", "test_vllm_engine_process", "test_vllm_system",
+    }),
+    "machine-b": frozenset({
+        "test_adapter_transport", "test_calibrate", "test_data_parallel_system", "test_dynamics_bench",
+        "test_engines_fit", "test_engines_parts", "test_evaluation_cli", "test_learners_shared_base", "test_nodes",
+        "test_overlap", "test_plan_hf_engine", "test_prompt_budget_system", "test_prompt_styles", "test_replica_dispatch",
+        "test_report", "test_system", "test_system_actors", "test_terminal_output", "test_time_plan_overlap",
+    }),
+}
+MACHINE_WIDE = frozenset().union(*MACHINE_GROUPS.values())
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(SHM_DIR, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items) -> None:
+    """Put each ``MACHINE_GROUPS`` file's tests in its xdist group (a no-op without ``-n``)."""
+    group_of = {name: group for group, names in MACHINE_GROUPS.items() for name in names}
+    for item in items:
+        if item.path.stem in group_of:
+            item.add_marker(pytest.mark.xdist_group(group_of[item.path.stem]))
+
 
 PYTHON_SNIPPETS = [
     "def f(a):\n    return a\n",

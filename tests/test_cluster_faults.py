@@ -29,6 +29,7 @@ from short_runs import SHORT
 from standin_cluster import standin_cluster
 
 from configs import load_config
+from learners.shared_base_paths import default_shm_dir
 from reporting.run_dir import RunDirectory
 
 STEPS = 4
@@ -46,13 +47,13 @@ def cluster():
     from tinycoder import ensure_model
 
     ensure_model("test", progress=False)
-    shm = Path("/dev/shm")
-    before = set(shm.iterdir()) if shm.is_dir() else set()
+    shm = default_shm_dir()
+    before = set(shm.iterdir())
     try:
         with standin_cluster({"num_cpus": 4, "num_gpus": 0}, (GPU_NODE, GPU_NODE)) as cluster:
             yield cluster
     finally:
-        for path in (set(shm.iterdir()) - before if shm.is_dir() else ()):
+        for path in set(shm.iterdir()) - before:
             if path.name.startswith("populora-adapters-") or path.name.startswith("populora-incoming-"):
                 shutil.rmtree(path, ignore_errors=True)
 

@@ -13,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from learners.multi_lora import LoRASpec, MultiLoRAModel
+from learners.shared_base_paths import default_shm_dir
 from learners.shared_base import WEIGHTS, map_base, materialise_base, read_manifest, release_base
 
 IDS = [[5, 17, 42, 8, 99, 3, 250], [7, 7, 300, 12, 41, 2, 9]]
@@ -57,8 +58,7 @@ def mapping_memory(pid: int, base_dir: str) -> tuple[int, int]:
 
 @pytest.fixture
 def shm_dir():
-    root = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
-    path = root / f"populora-test-{uuid.uuid4().hex[:8]}"
+    path = default_shm_dir() / f"populora-test-{uuid.uuid4().hex[:8]}"
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

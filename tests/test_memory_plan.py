@@ -281,7 +281,7 @@ def test_missing_config_json_is_a_plan_input_error(tmp_path):
 
 
 def _launch(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = {**os.environ, "RAY_ADDRESS": "local"}  # never a cluster running on the machine
     return subprocess.run([sys.executable, "launch.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 

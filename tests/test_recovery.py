@@ -27,6 +27,7 @@ from actors.cluster import NAMESPACE
 from checkpoints import CheckpointWriteError
 from reporting.run_dir import RunDirectory
 from configs import load_config
+from learners.shared_base_paths import default_shm_dir
 
 from reporting.run_dir import comparable_state as run_state
 from short_runs import ROOT, launch_env
@@ -39,8 +40,8 @@ OURS = ("populora-", ".populora-", "verifier-")  # what our actors put in /dev/s
 
 
 def shm_entries() -> set[str]:
-    shm = Path("/dev/shm")
-    return {p.name for p in shm.iterdir() if p.name.startswith(OURS)} if shm.is_dir() else set()
+    """Our entries in the RAM-backed directory the run uses (/dev/shm, or the suite worker's ``POPULORA_SHM_DIR``)."""
+    return {p.name for p in default_shm_dir().iterdir() if p.name.startswith(OURS)}
 
 
 @pytest.fixture(scope="module")
