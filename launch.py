@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -152,11 +153,11 @@ def host_view() -> HostView:
     """This machine's RAM and the size of /dev/shm or ``$POPULORA_SHM_DIR`` (where the learners' shared base goes);
     whether it has GPUs (then its RAM is the GPU node's, which holds the sleeping engines' weights of a colocated
     layout)."""
-    from learners.shared_base_paths import SHM_DIR_ENV, default_shm_dir
+    from learners.shared_base_paths import default_shm_dir
 
     shm = default_shm_dir()
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    on_shm = shm == Path("/dev/shm") or bool(os.environ.get(SHM_DIR_ENV, "").strip())
+    on_shm = shm != Path(tempfile.gettempdir())  # the temp dir is default_shm_dir's fall-back: disk, sized as RAM
     return HostView(ram_bytes=ram, shm_bytes=shutil.disk_usage(shm).total if on_shm else ram,
                     shm_path=str(shm) if on_shm else "temp dir", gpu_node=local_gpus() > 0)
 

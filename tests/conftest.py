@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
+from learners.shared_base_paths import SHM_DIR_ENV, default_shm_dir
 from short_runs import SHORT, SHORT_RUN, Launched, launched
 
 # Ray started by any test binds loopback only.
@@ -23,16 +23,15 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 # Each process of the suite (each xdist worker) keeps our RAM-backed files (adapter stores, the learners' shared base)
 # in a directory of its own, which every Ray cluster and `launch.py` it starts inherits: tests that count what a run
 # leaves behind see only their own worker's files.
-SHM_DIR = Path("/dev/shm" if Path("/dev/shm").is_dir() else tempfile.gettempdir()) / (
-    f"pytest-populora-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}")
+SHM_DIR = default_shm_dir() / f"pytest-populora-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}"
 SHM_DIR.mkdir(exist_ok=True)
-os.environ["POPULORA_SHM_DIR"] = str(SHM_DIR)
+os.environ[SHM_DIR_ENV] = str(SHM_DIR)
 
 # The test files that start Ray clusters or vLLM engines, each in one of two groups: under the README's
 # `pytest -n auto --dist loadgroup` a group's files run one after another on one worker, the two groups side by side,
 # and every other file on whichever worker is free. vLLM's message queues live in /dev/shm whatever POPULORA_SHM_DIR
 # says, so every file that starts a vLLM engine is in the first group (one of them counts those segments). The split
-# balances the groups' minutes as measured (~1,230 and ~1,370 s side by side on two cores).
+# balances the groups' measured minutes (README, "Tests").
 MACHINE_GROUPS = {
     "machine-a": frozenset({
         "test_cluster_faults", "test_colocated", "test_engines", "test_evaluation_vllm", "test_existing_cluster",

@@ -206,7 +206,9 @@ def test_store_lives_in_ram_where_there_is_a_ram_disk(tmp_path, monkeypatch):
     expected = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
     assert ram_backed_root() == expected
     monkeypatch.setenv("POPULORA_SHM_DIR", str(tmp_path))  # another RAM-backed directory, named by the user
-    assert ram_backed_root() == tmp_path and AdapterStore().root.parent == tmp_path
+    store = AdapterStore()
+    assert ram_backed_root() == tmp_path and store.root.parent == tmp_path
+    store.close()
     monkeypatch.setenv("POPULORA_SHM_DIR", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="POPULORA_SHM_DIR=.*missing is not a directory"):
         ram_backed_root()
