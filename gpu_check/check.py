@@ -3,7 +3,9 @@
     python -m gpu_check                      # everything, JSON to gpu_check.json and as the last stdout line
     python -m gpu_check --dry                # list the parts and their commands, run nothing
 
-Parts, each in its own subprocess (a failure or timeout is recorded in the JSON, never a crash):
+Parts, each in its own subprocess (a failure or timeout is recorded in the JSON, never a crash; the JSON is
+rewritten after every part with ``"unfinished": true`` until the last, so a check cut short keeps what finished,
+and a part that does not pass prints why: its timeout, exit code, failing tests or the numbers against its goal):
 
 1. ``gpu_tests``: the tests marked ``gpu`` in files that import without Ray (``ray`` is blocked in the
    pytest process, so a file that needs it fails to collect and is reported under ``needs_ray``);
@@ -140,6 +142,20 @@ def judge(name: str, part: dict) -> dict:
         return {"goal": "CUDA vLLM: generation, a hot swap, log-prob ratio to the learner within 1 +- 0.02, sleep/wake "
                         "equal", "passed": part["status"] == "ok" and result.get("passed") is True}
     return {"goal": "exit status 0", "passed": part["status"] == "ok"}
+
+
+def failure_reason(part: dict) -> str:
+    """One line saying why a part did not pass: its timeout, its exit code or reason, or the goal it missed."""
+    if part["status"] == "timeout":
+        return f"timed out after {part['timeout_s']:g} s (--timeout)"
+    if part["status"] == "failed":
+        return part.get("reason") or f"exit code {part.get('returncode')}"
+    if part.get("failed"):
+        return "failing tests: " + ", ".join(part["failed"][:5])
+    result = part.get("result") or {}
+    shown = {k: result[k] for k in ("max_rel_error", "under_measured", "unexpected_failures",
+                                     "mixed8_vs_single_ratio", "within_goal", "checks") if k in result}
+    return f"goal missed: {json.dumps(shown)}" if shown else "goal missed"
 
 
 def gpu_test_files() -> list[str]:
@@ -364,8 +380,10 @@ def main(argv: list[str] | None = None) -> int:
             report["parts"][name].update(judge(name, report["parts"][name]))
             done = report["parts"][name]
             verdict = (f"NOT RUN: {done.get('reason')}" if done["status"] == "not_run"
-                       else "PASS" if done["passed"] else "FAIL")
+                       else "PASS" if done["passed"] else f"FAIL: {failure_reason(done)}")
             print(f"[gpu_check] {name}: {verdict} ({done['goal']})", file=sys.stderr, flush=True)
+            # written after every part, so a check cut short (a lease ending, a kill) keeps what finished
+            args.out.write_text(json.dumps({**report, "ok": None, "unfinished": True}, indent=1))
     counted = {n: p for n, p in report["parts"].items() if not (n == "vllm" and p["status"] == "not_run")}
     report["ok"] = bool(counted) and all(p.get("passed", p["status"] == "listed") for p in counted.values())
     if not args.dry:

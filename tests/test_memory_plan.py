@@ -320,6 +320,16 @@ def test_gpu_check_without_cuda_records_every_part_and_writes_one_json(tmp_path)
     assert report["ok"] is False and report["cuda"]["available"] is False
 
 
+def test_gpu_check_says_why_a_part_failed():
+    """The FAIL line names the cause: an exit code, failing tests, or the bench's numbers against its goal."""
+    from gpu_check.check import failure_reason
+
+    assert failure_reason({"status": "failed", "returncode": 3}) == "exit code 3"
+    assert failure_reason({"status": "ok", "failed": ["tests.test_a::test_x"]}) == "failing tests: tests.test_a::test_x"
+    missed = failure_reason({"status": "ok", "result": {"max_rel_error": 0.21, "under_measured": [], "within_goal": False}})
+    assert missed.startswith("goal missed: ") and '"max_rel_error": 0.21' in missed
+
+
 def test_gpu_check_sorts_ray_collection_errors_from_failures(tmp_path):
     from gpu_check.check import junit_summary
 
@@ -340,7 +350,7 @@ def test_gpu_check_a_part_that_times_out_keeps_both_tails_and_leaves_no_process(
     stderr), and the part's whole process group is ended, a grandchild it started included."""
     import time
 
-    from gpu_check.check import run
+    from gpu_check.check import failure_reason, run
 
     pid_file = tmp_path / "grandchild.pid"
     script = ("import subprocess, sys, time; child = subprocess.Popen(['sleep', '300']); "
@@ -349,6 +359,7 @@ def test_gpu_check_a_part_that_times_out_keeps_both_tails_and_leaves_no_process(
     result = run([sys.executable, "-c", script], timeout=3)
     assert result["status"] == "timeout" and result["seconds"] < 30
     assert "out-marker" in result["stdout_tail"] and "err-marker" in result["stderr_tail"]
+    assert failure_reason(result) == "timed out after 3 s (--timeout)"  # the FAIL line says why
     grandchild = Path(f"/proc/{pid_file.read_text()}/stat")
     deadline = time.time() + 10
     while grandchild.exists() and grandchild.read_text().split(")")[-1].split()[0] != "Z" and time.time() < deadline:
