@@ -17,7 +17,9 @@ checkpoint are recomputed identically; metrics.jsonl drops their first rows and 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -120,6 +122,24 @@ def is_actor_fault(exc: BaseException) -> bool:
             return True
         current = getattr(current, "cause", None) or current.__cause__
     return False
+
+
+class Terminated(BaseException):
+    """SIGTERM while the steps run (``ray job stop``, ``kill``, a scheduler's pre-emption). Like Ctrl-C it stops the
+    run as ``interrupted``, resumable; without it Ray's driver handler exits with ``SystemExit(15)`` and the run
+    would be recorded as failed."""
+
+
+def stop_on_sigterm() -> Any:
+    """Make SIGTERM raise :class:`Terminated` in the main thread; returns the previous handler (``None`` where this
+    is not the main thread, which cannot set handlers: SIGTERM then keeps its previous meaning)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def raise_terminated(signum: int, frame: Any) -> None:
+        raise Terminated(signum)
+
+    return signal.signal(signal.SIGTERM, raise_terminated)
 
 
 def checkpoint_step(checkpoint: Path) -> int:
@@ -311,11 +331,12 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
     rows: list[dict[str, Any]] = []
     began = since = time.perf_counter()
     step, fault, ahead = start_step, None, None  # ahead: the next step's rollouts, generated while this one trained
-    run.write_status("running", start_step - 1, 0)
     bar = tqdm(total=last_step - start_step + 1, desc=config.run.name, unit="step", file=sys.stderr, dynamic_ncols=True,
                disable=terminal.quiet)
     state, cause, code = "failed", None, 1
+    previous_sigterm = stop_on_sigterm()
     try:
+        run.write_status("running", start_step - 1, 0)  # after the handler: a run that says it runs stops cleanly
         while step <= last_step:
             try:
                 if fault is not None:
@@ -353,10 +374,12 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
                     return 1
                 fault = exc
         state, code = "finished", 0
-    except KeyboardInterrupt:
-        print(f"\n[populora] interrupted; resume with: python launch.py --resume {run.root}", file=sys.stderr)
-        state, code = "interrupted", 130
-        return 130
+    except (KeyboardInterrupt, Terminated) as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"\n[populora] {how}; resume with: python launch.py --resume {run.root}", file=sys.stderr)
+        state, cause = "interrupted", ("stopped by SIGTERM" if isinstance(exc, Terminated) else None)
+        code = 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+        return code
     except CheckpointWriteError as exc:
         cause = str(exc)
         print(f"error: {exc}", file=sys.stderr)
@@ -369,6 +392,8 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
         cause = f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        if previous_sigterm is not None:  # a second SIGTERM during the clean-up has its old meaning again
+            signal.signal(signal.SIGTERM, previous_sigterm)
         bar.close()
         run.close()
         run.write_status(state, (rows[-1]["step"] if rows else start_step - 1), recovery.count, cause)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,7 @@ import pytest
 import torch
 
 from private_heads import free_ports, stop_processes_under
-from short_runs import ROOT, SHORT, launch
+from short_runs import ROOT, SHORT, launch, launch_env
 
 from reporting.run_dir import RunDirectory
 
@@ -99,6 +100,18 @@ def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
     replay_dir = tmp_path / "replay"
     shutil.copytree(run_dir, replay_dir)
     (replay_dir / "checkpoints" / "latest").write_text("step-1")
+    # SIGTERM once its steps run (`ray job stop`, a scheduler's pre-emption): recorded as interrupted, resumable.
+    stopped = subprocess.Popen([sys.executable, "launch.py", "--resume", str(replay_dir), "run.dashboard=false"], cwd=ROOT,
+                               env=launch_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    status_path = replay_dir / "status.json"
+    while stopped.poll() is None and json.loads(status_path.read_text() or "{}").get("state") != "running":
+        time.sleep(0.02)
+    stopped.send_signal(signal.SIGTERM)
+    _, err = stopped.communicate(timeout=300)
+    assert stopped.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert f"terminated (SIGTERM); resume with: python launch.py --resume {replay_dir}" in err
+    status = json.loads(status_path.read_text())
+    assert (status["state"], status["last_step"], status["cause"]) == ("interrupted", 1, "stopped by SIGTERM")
     # Without --steps a resume finishes the run it resumes: to its planned last step (2), named in its first line.
     replay = launch("--resume", str(replay_dir), "run.dashboard=false")
     assert replay.returncode == 0, replay.stderr[-3000:]
