@@ -58,9 +58,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from inference import GenerationRequest, make_engine
 from configs.loading import load_config
 from tinycoder import BUILD_ENV, ensure_model, model_dir
-from tinycoder.build import TYPICAL_EXAMPLE, VARIANTS, variant_settings
+from tinycoder.build import TYPICAL_EXAMPLE
 from tinycoder.cache import MANIFEST
 from tinycoder.model import stand_in_model
+from tinycoder.settings import VARIANTS, variant_settings
 from tinycoder.train import cpu_threads, measure_step_seconds
 from verifier import Task, identity_task, parse_proposal, student_prompt, teacher_prompt
 from verifier.families import judge_answers, validate_proposals
@@ -236,7 +237,6 @@ def check_shipped(args: argparse.Namespace) -> dict[str, object]:
     """``--check-shipped`` (module docstring)."""
     import math
 
-    from tinycoder.build import variant_settings
     from tinycoder.shipped import SHIPPED_ROOT, read_ship_manifest, sha256_of
 
     shipped = read_ship_manifest(args.variant)

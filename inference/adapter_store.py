@@ -23,7 +23,6 @@ from pathlib import Path
 from typing_extensions import Buffer
 
 from inference.requests import AdapterLoadError
-from learners.peft_io import WEIGHTS_NAME, read_adapter_config
 from learners.shared_base_paths import default_shm_dir
 
 
@@ -44,6 +43,8 @@ class AdapterSpec:
 
 def read_adapter_spec(path: Path, max_rank: int) -> AdapterSpec:
     """Check that ``path`` is a loadable PEFT LoRA directory of rank <= ``max_rank``."""
+    from learners.peft_io import WEIGHTS_NAME, read_adapter_config  # torch and peft: not in the driver's imports
+
     if not path.is_dir():
         raise AdapterLoadError(f"adapter path {path} is not a directory")
     try:

@@ -12,13 +12,16 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from peft import LoraConfig
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
 from learners.multi_lora import MultiLoRAModel
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
@@ -64,6 +67,8 @@ def load_slot_state_dict(model: MultiLoRAModel, slot: int, state: dict[str, torc
 
 def lora_config(model: MultiLoRAModel, base_model_name_or_path: str = "") -> LoraConfig:
     """The PEFT ``LoraConfig`` describing every slot of ``model`` (same rank, alpha, targets)."""
+    from peft import LoraConfig  # imported here: ~3 s of CPU that a process which never writes an adapter skips
+
     spec = model.spec
     return LoraConfig(
         r=spec.rank,

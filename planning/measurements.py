@@ -199,7 +199,8 @@ def build_model(out_dir: Path) -> Path:
     import json as json_module
     import random
 
-    from tinycoder.model import ModelShape, new_model
+    from tinycoder.model import new_model
+    from tinycoder.settings import ModelShape
     from tinycoder.tokenizer import save_tokenizer, train_tokenizer
 
     texts = [inspect.getsource(m) for m in (collections, json_module, random, argparse, statistics, tempfile)]

@@ -249,7 +249,7 @@ def lora_params(dims: ModelDims, rank: int, targets: tuple[str, ...] | list[str]
 def load_model_dims(config: Config) -> ModelDims:
     """The widths of ``model.path``: its ``config.json`` (no weights read), or the tiny model's build settings."""
     if config.model.path == "tiny":
-        from tinycoder.build import variant_settings
+        from tinycoder.settings import variant_settings
 
         settings = variant_settings(config.model.tiny_variant)
         shape = settings.model

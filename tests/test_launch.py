@@ -63,3 +63,16 @@ def test_help_documents_quiet_verbose_and_the_dashboard_login():
 def test_quiet_and_verbose_exclude_each_other():
     out = launch("--quiet", "--verbose", "--dry-run")
     assert out.returncode == 2 and "not allowed with argument" in out.stderr
+
+
+def test_a_dry_run_imports_neither_torch_nor_transformers():
+    """The plan and the tiny model's cache key need no tensor library: a dry run starts in about a second (it
+    took ~10 s of CPU importing them, on every `launch.py` start)."""
+    script = ("import runpy, sys\nsys.argv = ['launch.py', '--dry-run']\n"
+              "try:\n    runpy.run_path('launch.py', run_name='__main__')\nexcept SystemExit as stop:\n"
+              "    assert not stop.code, stop.code\n"
+              "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**os.environ, "RAY_ADDRESS": "local"},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -7,11 +7,12 @@ import json
 import pytest
 
 from tinycoder import ensure_model
-from tinycoder.build import VARIANTS, BuildSettings, build_model, describe
+from tinycoder.build import build_model
 from tinycoder.cache import MANIFEST, cache_key
 from tinycoder.corpus import CorpusSettings
-from tinycoder.model import ModelShape, stand_in_model
-from tinycoder.train import TrainSettings, measure_step_seconds, native_bf16
+from tinycoder.model import stand_in_model
+from tinycoder.settings import VARIANTS, BuildSettings, ModelShape, TrainSettings, describe, native_bf16
+from tinycoder.train import measure_step_seconds
 
 MICRO = BuildSettings(
     corpus=CorpusSettings(programs=40, inputs_per_program=5, min_inputs=4),
@@ -81,16 +82,16 @@ def test_native_bf16_reads_the_cpu_flags(tmp_path):
 def test_auto_precision_resolves_before_the_key_and_float32_keeps_its_old_key(monkeypatch):
     """The cache key names what is built (bf16 or float32, never "auto"); a float32 build's key is the one it had
     before precision existed, so caches built then are reused."""
-    import tinycoder.train as train_module
     from dataclasses import asdict, replace
 
-    from tinycoder.build import prompt_fingerprint, variant_settings
+    import tinycoder.settings as settings_module
+    from tinycoder.settings import prompt_fingerprint, variant_settings
 
     with pytest.raises(ValueError, match="precision"):
         TrainSettings(precision="fp16")
     keys = {}
     for native in (True, False):
-        monkeypatch.setattr(train_module, "native_bf16", lambda native=native: native)
+        monkeypatch.setattr(settings_module, "native_bf16", lambda native=native: native)
         settings = variant_settings("default")
         assert settings.train.precision == ("bf16" if native else "fp32")
         keys[native] = cache_key(describe(settings, 0))
@@ -131,7 +132,7 @@ def test_prompt_loss_weight_weights_prompt_tokens_and_zero_keeps_the_old_loss_an
     import torch
     import torch.nn.functional as F
 
-    from tinycoder.build import prompt_fingerprint
+    from tinycoder.settings import prompt_fingerprint
     from tinycoder.train import Encoded, collate, completion_loss
 
     with pytest.raises(ValueError, match="prompt_loss_weight"):

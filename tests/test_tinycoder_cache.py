@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tinycoder import model_dir
-from tinycoder.build import VARIANTS, describe
+from tinycoder.settings import VARIANTS, describe
 from tinycoder.cache import MANIFEST, build_once, cache_key, cache_root
 
 
@@ -81,7 +81,7 @@ def test_key_depends_on_settings_seed_and_version(monkeypatch):
     assert base != cache_key(describe(test, 1))
     assert base != cache_key(describe(replace(test, vocab_size=test.vocab_size + 1), 0))
     assert base != cache_key(describe(VARIANTS["default"], 0))
-    monkeypatch.setattr("tinycoder.build.GENERATOR_VERSION", -1)
+    monkeypatch.setattr("tinycoder.settings.GENERATOR_VERSION", -1)
     assert base != cache_key(describe(test, 0))
 
 

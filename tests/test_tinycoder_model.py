@@ -12,7 +12,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Qwen2F
 
 from tinycoder import BUILD_ENV, ensure_model, model_dir
 from tinycoder.shipped import shipped_model
-from tinycoder.build import make_examples, variant_settings
+from tinycoder.build import make_examples
+from tinycoder.settings import variant_settings
 from tinycoder.cache import MANIFEST
 from tinycoder.corpus import CorpusSettings, build_corpus
 from tinycoder.train import collate, completion_loss, encode

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tinycoder import ShippedModelError, ensure_model
-from tinycoder.build import describe, variant_settings
+from tinycoder.settings import describe, variant_settings
 from tinycoder.cache import cache_key
 from tinycoder.shipped import SHIPPED_ROOT, key_without_precision, portable_key, read_ship_manifest, shipped_model
 

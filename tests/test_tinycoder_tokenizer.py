@@ -6,7 +6,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from tinycoder.model import ModelShape, qwen2_config
+from tinycoder.model import qwen2_config
+from tinycoder.settings import ModelShape
 from tinycoder.tokenizer import EOS, PAD, reload, save_tokenizer, train_tokenizer
 
 TEXTS = [

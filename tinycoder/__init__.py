@@ -8,7 +8,8 @@
 The default and test variants ship with the code (``tinycoder.shipped``); they are used when their key equals
 the key this code would build, else built into the cache with one line saying why.
 
-The directory loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (and vLLM, PEFT). No ray here.
+The directory loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (and vLLM, PEFT). No ray here, and no torch
+until a model is built (``tinycoder.settings`` decides the cache key), so a dry run starts in about a second.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tinycoder.build import VARIANTS, BuildSettings, build_model, describe, variant_settings
+from tinycoder.settings import VARIANTS, BuildSettings, describe, variant_settings
 from tinycoder.cache import MANIFEST, build_once, cache_key, cache_root
 from tinycoder.shipped import ShippedModelError, shipped_model
 
@@ -85,6 +86,8 @@ def build_here(
     variant: str = "default", seed: int = 0, *, cache_dir: Path | str | None = None, progress: bool = True, threads: int | None = None
 ) -> Path:
     """``ensure_model`` in this process (what its child runs): build under the cache lock unless built."""
+    from tinycoder.build import build_model  # torch and transformers: only where a model is built
+
     settings = variant_settings(variant)
     target = model_dir(variant, seed, cache_dir)
     announce = f"building the tiny {variant!r} model (one time, cached in {target})"

@@ -15,7 +15,8 @@ from tinycoder.shipped import SHIPPED_SEED, ship
 
 def machine() -> str:
     """What built a shipped model: CPU model, cores, whether it has native bf16 (the precision a build resolves)."""
-    from tinycoder.train import cpu_threads, native_bf16
+    from tinycoder.settings import native_bf16
+    from tinycoder.train import cpu_threads
 
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor() or platform.machine()) if platform.system() == "Linux" else platform.machine()

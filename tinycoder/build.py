@@ -13,91 +13,19 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from tinycoder.corpus import CorpusSettings, VerifiedProgram, build_corpus
-from tinycoder.examples import Example, ExampleMix, ExampleWriter, io_task
-from tinycoder.model import ModelShape, new_model, qwen2_config, stand_in_model
+from tinycoder.corpus import VerifiedProgram, build_corpus
+from tinycoder.examples import Example, ExampleWriter, io_task
+from tinycoder.model import new_model, qwen2_config, stand_in_model
+from tinycoder.settings import GENERATOR_VERSION, BuildSettings, resolve_precision
 from tinycoder.tokenizer import reload, save_tokenizer, train_tokenizer
-from tinycoder.train import TrainSettings, cpu_threads, encode, measure_step_seconds, resolve_precision, train
-from verifier.prompts import student_prompt, student_response, teacher_prompt, teacher_response
+from tinycoder.train import cpu_threads, encode, measure_step_seconds, train
 from verifier.sandbox import Verifier
-from verifier.tasks import identity_task
-
-# Bump when a change to the generator, the example writer or the training loop changes the model.
-GENERATOR_VERSION = 2
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    """Everything that decides the model (the cache key hashes all of it)."""
-
-    corpus: CorpusSettings = field(default_factory=CorpusSettings)
-    mix: ExampleMix = field(default_factory=ExampleMix)
-    vocab_size: int = 1024
-    model: ModelShape = field(default_factory=ModelShape)
-    train: TrainSettings = field(default_factory=TrainSettings)
-    max_completion_tokens: int = 180  # proposals must fit the run's generation budget (configs/tiny.yaml: 192)
-    seed_tasks: int = 256
-
-
-# The model `python launch.py` runs with; docs/tinycoder.md has its measured build time and gates. The loss
-# also predicts the prompt tokens (the programs, inputs and outputs the prompts show): 800 such steps of
-# 4096 padded tokens pass the gates as 1500 completion-only steps did, in about half the build (docs/tinycoder.md).
-DEFAULT = BuildSettings(
-    corpus=CorpusSettings(programs=4000, inputs_per_program=5, min_inputs=4),
-    model=ModelShape(hidden=192, layers=4, kv_heads=1, intermediate=768),
-    # bf16 autocast where the CPU has native bf16 (~0.7 of a float32 step: docs/tinycoder.md)
-    train=TrainSettings(steps=800, batch_tokens=4096, lr=2.5e-3, warmup=30, precision="auto", prompt_loss_weight=1.0),
-)
-
-VARIANTS: dict[str, BuildSettings] = {
-    "default": DEFAULT,
-    # For the dynamics study only (docs/dynamics.md, study H), never the default path: the default with student
-    # examples that are always right and 1.5x its training, for students that solve more of the valid tasks.
-    "stronger": replace(DEFAULT, mix=ExampleMix(p_correct=1.0), train=replace(DEFAULT.train, steps=1200)),
-    # About a minute: small and quick, for the test suite.
-    "test": BuildSettings(
-        corpus=CorpusSettings(programs=800, inputs_per_program=5, min_inputs=4),
-        model=ModelShape(hidden=128, layers=2, kv_heads=1, intermediate=384),
-        train=TrainSettings(steps=400, batch_tokens=4096, lr=3e-3, warmup=10),
-        seed_tasks=64,
-    ),
-}
-
-
-def prompt_fingerprint() -> str:
-    """The prompt and response layout of every (role, family), rendered on the seed task.
-
-    Part of the cache key: a model trained on an older prompt format is not reused.
-    """
-    parts = []
-    for family in ("code_o", "code_i", "code_f"):
-        task = identity_task(family)
-        parts.append(teacher_prompt(family, [task], n_inputs=2))
-        parts.append(student_prompt(task))
-        parts.append(teacher_response(family, program=task.program, inputs=task.inputs[:2], message=task.message, think="t"))
-        parts.append(student_response(family, task.output, think="t"))
-    return "\n".join(parts)
-
-
-# Training settings added after builds were cached, with the value that behaves as builds did before them: at that
-# value a setting is left out of the key, so those caches keep their keys.
-ADDED_TRAIN_SETTINGS: dict[str, Any] = {"precision": "fp32", "prompt_loss_weight": 0.0}
-
-
-def describe(settings: BuildSettings, seed: int) -> dict[str, Any]:
-    """What the cache key hashes."""
-    described = asdict(settings)
-    for name, before in ADDED_TRAIN_SETTINGS.items():
-        if described["train"][name] == before:
-            del described["train"][name]
-    return {"generator": GENERATOR_VERSION, "settings": described, "seed": seed, "prompts": prompt_fingerprint()}
-
 
 # Mean tokens of an example and of its completion in the default corpus (measured: 165 and 65).
 TYPICAL_EXAMPLE = (165, 65)
@@ -212,12 +140,3 @@ def _write_seed_tasks(corpus: list[VerifiedProgram], count: int, path: Path, rng
     with path.open("w") as fh:
         for item in chosen:
             fh.write(json.dumps(io_task("code_o", item).to_dict()) + "\n")
-
-
-def variant_settings(variant: str, **overrides: Any) -> BuildSettings:
-    """The settings of a named variant on this machine (``precision="auto"`` resolved, so the cache key names
-    what is built), optionally with top-level fields replaced."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown tiny-coder variant {variant!r}; valid: {', '.join(VARIANTS)}")
-    settings = replace(VARIANTS[variant], **overrides) if overrides else VARIANTS[variant]
-    return replace(settings, train=resolve_precision(settings.train))

@@ -7,25 +7,9 @@ context. Parameter count, roughly: V*h (tied embeddings) + L * (2*h*h + 2*h*h_kv
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-
-@dataclass(frozen=True)
-class ModelShape:
-    hidden: int = 256
-    layers: int = 4
-    kv_heads: int = 2
-    intermediate: int = 768
-    context: int = 1024
-
-    def __post_init__(self) -> None:
-        if self.hidden % 64:
-            raise ValueError(f"ModelShape.hidden must be a multiple of the head dim 64, got {self.hidden}")
-        heads = self.hidden // 64
-        if heads % self.kv_heads:
-            raise ValueError(f"ModelShape.kv_heads ({self.kv_heads}) must divide the {heads} attention heads")
+from tinycoder.settings import ModelShape
 
 
 def qwen2_config(shape: ModelShape, tokenizer: PreTrainedTokenizerFast) -> Qwen2Config:

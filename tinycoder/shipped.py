@@ -3,7 +3,7 @@
 A shipped directory holds what a build writes (weights, config, tokenizer, seed tasks, the build manifest
 ``tinycoder.json``) and ``shipped.json``: the variant, its **portable key**, the precision it was built in, the
 machine and command that built it, and the sha256 of every file. The portable key is the cache key
-(``tinycoder.cache.cache_key`` of ``tinycoder.build.describe``: generator version, build settings, seed, prompt-format
+(``tinycoder.cache.cache_key`` of ``tinycoder.settings.describe``: generator version, build settings, seed, prompt-format
 fingerprint) without the resolved training precision, so the one float32 build serves every CPU kind; a cached build
 keeps its precision-bearing key.
 
@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tinycoder.build import BuildSettings, describe, variant_settings
+from tinycoder.settings import BuildSettings, describe, variant_settings
 from tinycoder.cache import MANIFEST, cache_key
 
 SHIPPED_ROOT = Path(__file__).resolve().parent / "models"

@@ -18,15 +18,13 @@ the prompts are not predicted.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -35,55 +33,7 @@ from tqdm import tqdm
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from tinycoder.examples import Example
-
-
-PRECISIONS = ("fp32", "bf16", "auto")
-BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-@functools.cache
-def native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether this CPU multiplies bfloat16 natively (an x86 flag of ``BF16_CPU_FLAGS`` on Linux). Elsewhere
-    torch emulates bf16 and a bf16 step is slower than a float32 one, so ``"auto"`` means float32 there."""
-    try:
-        text = Path(cpuinfo).read_text(errors="replace")
-    except OSError:
-        return False
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return any(flag in flags for flag in BF16_CPU_FLAGS)
-
-
-def resolve_precision(settings: "TrainSettings") -> "TrainSettings":
-    """``settings`` with ``precision="auto"`` replaced by what this machine runs fastest (``native_bf16``)."""
-    if settings.precision != "auto":
-        return settings
-    return replace(settings, precision="bf16" if native_bf16() else "fp32")
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """Optimizer steps, the padded-token budget of a batch, AdamW and its warmup + cosine schedule."""
-
-    steps: int = 1000
-    batch_tokens: int = 6144
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.1
-    warmup: int = 40
-    weight_decay: float = 0.05
-    grad_clip: float = 1.0
-    max_len: int = 1024
-    precision: str = "fp32"  # "fp32", "bf16" (autocast forward), or "auto": bf16 where the CPU has it natively
-    prompt_loss_weight: float = 0.0  # w_t of a prompt token in the loss (module docstring); 0: completions only
-
-    def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"TrainSettings.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if not 0.0 <= self.prompt_loss_weight <= 1.0:
-            raise ValueError(f"TrainSettings.prompt_loss_weight must be in [0, 1], got {self.prompt_loss_weight}")
-        if self.steps < 1:
-            raise ValueError(f"TrainSettings.steps must be >= 1, got {self.steps}")
-        if self.batch_tokens < self.max_len:
-            raise ValueError(f"TrainSettings.batch_tokens ({self.batch_tokens}) must hold one max_len ({self.max_len}) example")
+from tinycoder.settings import TrainSettings, resolve_precision
 
 
 @dataclass(frozen=True)
