@@ -356,10 +356,10 @@ def test_gpu_check_a_part_that_times_out_keeps_both_tails_and_leaves_no_process(
     script = ("import subprocess, sys, time; child = subprocess.Popen(['sleep', '300']); "
               f"open({str(pid_file)!r}, 'w').write(str(child.pid)); "
               "print('out-marker', flush=True); print('err-marker', file=sys.stderr, flush=True); time.sleep(300)")
-    result = run([sys.executable, "-c", script], timeout=3)
-    assert result["status"] == "timeout" and result["seconds"] < 30
+    result = run([sys.executable, "-c", script], timeout=10)  # room for a Python start on a loaded machine
+    assert result["status"] == "timeout" and result["seconds"] < 40
     assert "out-marker" in result["stdout_tail"] and "err-marker" in result["stderr_tail"]
-    assert failure_reason(result) == "timed out after 3 s (--timeout)"  # the FAIL line says why
+    assert failure_reason(result) == "timed out after 10 s (--timeout)"  # the FAIL line says why
     grandchild = Path(f"/proc/{pid_file.read_text()}/stat")
     deadline = time.time() + 10
     while grandchild.exists() and grandchild.read_text().split(")")[-1].split()[0] != "Z" and time.time() < deadline:
