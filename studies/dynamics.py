@@ -60,8 +60,16 @@ TRAINING_CODE = ("actors", "checkpoints", "configs", "evolution", "inference", "
                  "verifier", "launch.py")
 """What decides a run's numbers: a study's runs must all come from the same contents of these."""
 SECONDS_PER_STEP = {"population": 4.4, "single": 3.2}
-"""Guesses for the first run's expected minutes (the tiny default on an idle 2-core machine); later runs use
-the seconds per step the study has measured."""
+"""Guesses for the first run's expected minutes (the tiny default on an idle 2-core machine) where the folder holds
+no step of the arm yet (``kept_pace``); later runs use the seconds per step the study has measured."""
+
+
+def kept_pace(folder: Path, arm: str) -> float | None:
+    """Mean seconds per step (the sum of a step's ``phase_seconds``) over every step the folder's runs of ``arm``
+    have recorded, on this machine and with these settings; None where there is none."""
+    steps = [sum(row.get("phase_seconds", {}).values()) for run_dir in sorted((folder / arm).glob("seed-*"))
+             for row in RunDirectory(run_dir).read_metrics()]
+    return sum(steps) / len(steps) if steps else None
 
 
 def log(message: str) -> None:
@@ -310,7 +318,7 @@ def main() -> None:
     other = read_other_study(args.against) if args.against else None
     check_identity(folder, study_identity(args), args.report_only)
 
-    pace = dict(SECONDS_PER_STEP)
+    pace = {arm: kept_pace(folder, arm) or SECONDS_PER_STEP[arm] for arm in ARMS}
     usable: dict[str, list[Path]] = {arm: [] for arm in ARMS}
     failed: list[Path] = []
     # One queue of (arm, seed) runs, the slower population first within a seed; with --jobs 2 a run starts as soon

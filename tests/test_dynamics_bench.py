@@ -112,3 +112,18 @@ def test_an_interrupted_run_is_resumed_from_its_checkpoint(study, tmp_path):
     resumed, original = (json.loads(d.stdout.strip().splitlines()[-1])["single"]["metrics"]["program_loc"]
                          for d in (done, first))
     assert resumed == original  # a resumed run recomputes its steps exactly
+
+
+def test_the_expected_minutes_come_from_the_steps_the_folder_kept(tmp_path):
+    """A resumed or continued study announces its runs from its own recorded steps, not the idle-machine guess."""
+    from studies.dynamics import SECONDS_PER_STEP, kept_pace
+
+    assert kept_pace(tmp_path, "population") is None  # nothing kept: main() falls back to SECONDS_PER_STEP
+    for seed, seconds in ((0, (10.0, 14.0)), (1, (12.0,))):
+        run = tmp_path / "population" / f"seed-{seed}"
+        run.mkdir(parents=True)
+        rows = [{"step": i + 1, "phase_seconds": {"propose": t - 4.0, "train": 4.0}} for i, t in enumerate(seconds)]
+        rows.append({"event": "checkpoint", "checkpoint_step": 1, "seconds": 99.0})  # not a step
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert kept_pace(tmp_path, "population") == 12.0 != SECONDS_PER_STEP["population"]
+    assert kept_pace(tmp_path, "single") is None
