@@ -375,11 +375,12 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
                 fault = exc
         state, code = "finished", 0
     except (KeyboardInterrupt, Terminated) as exc:
-        state, cause = "interrupted", ("stopped by SIGTERM" if isinstance(exc, Terminated) else None)
-        code = 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
-        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        terminated = isinstance(exc, Terminated)
+        state, cause = "interrupted", "stopped by SIGTERM" if terminated else None
+        code = 128 + signal.SIGTERM if terminated else 130
         # after the state: a parent that is gone leaves a closed stderr, and the print then raises
-        print(f"\n[populora] {how}; resume with: python launch.py --resume {run.root}", file=sys.stderr)
+        print(f"\n[populora] {'terminated (SIGTERM)' if terminated else 'interrupted'}; resume with: "
+              f"python launch.py --resume {run.root}", file=sys.stderr)
         return code
     except CheckpointWriteError as exc:
         cause = str(exc)
