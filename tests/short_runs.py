@@ -18,11 +18,12 @@ SHORT = [
     "evolution.period=2",
     "evolution.protection_steps=1",
     "run.checkpoint_every=1",
-    "verifier.actors=2",
+    "verifier.actors=1",
     "run.dashboard=false",
 ]
 """Overrides of a run that takes seconds per step: few tasks and rollouts, short answers, evolution every 2 steps,
-no dashboard process (~3 s of each launch on two cores; the shared short run keeps it, for the terminal test)."""
+one verifier actor and no dashboard process (each ~1.5-3 s of CPU per launch on two cores; the shared short run keeps
+both as a user gets them, for the terminal and recovery tests)."""
 
 
 def launch_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -52,9 +53,9 @@ class Launched:
     stderr: str
 
 
-SHORT_RUN = [*SHORT, "run.dashboard=true", "rl.teacher_learning_rate=3e-4"]
-"""The shared short run (conftest ``short_run``): ``SHORT`` with the dashboard a user gets and teachers at their own
-learning rate."""
+SHORT_RUN = [*SHORT, "verifier.actors=2", "run.dashboard=true", "rl.teacher_learning_rate=3e-4"]
+"""The shared short run (conftest ``short_run``): ``SHORT`` with a pool of two verifiers, the dashboard a user gets
+and teachers at their own learning rate."""
 
 
 def launched(run_dir: Path, *args: str) -> Launched:

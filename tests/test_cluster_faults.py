@@ -1,11 +1,11 @@
 """A node lost mid-run, on Ray's ``cluster_utils`` in the CPU stand-in mode (logical GPUs, CPU paths).
 
 The cluster: a head with CPUs only and two nodes of one logical GPU each, the engine on one and the learner pair on
-the other (``resources.inference_gpus=1 resources.learner_gpus=1``). One run of 4 steps loses, in turn:
+the other (``resources.inference_gpus=1 resources.learner_gpus=1``). One run of 3 steps loses, in turn:
 
 1. the node holding the engine, after step 1, and a replacement joins 3 s later: the recovery names the lost
    node, waits for it, and goes on by itself;
-2. the node holding the learner pair, after step 3, and nothing joins: within ``run.cluster_wait_s`` the run stops
+2. the node holding the learner pair, after step 2, and nothing joins: within ``run.cluster_wait_s`` the run stops
    cleanly (exit 1, status ``failed`` with a cause naming the lost node and the GPU short, no actor or placement
    group left, the latest checkpoint complete).
 
@@ -32,7 +32,7 @@ from configs import load_config
 from learners.shared_base_paths import default_shm_dir
 from reporting.run_dir import RunDirectory
 
-STEPS = 4
+STEPS = 3
 BOUND_S = 15
 OVERRIDES = [*SHORT, "resources.inference_gpus=1", "resources.learner_gpus=1", "population.teachers=1",
              "population.students=1", "evolution.enabled=false", f"run.cluster_wait_s={BOUND_S}"]
@@ -102,8 +102,8 @@ def test_a_lost_node_is_waited_for_then_the_run_stops_cleanly_and_resumes_equal(
     thread = threading.Thread(target=run_it, daemon=True)
     started = time.monotonic()
     thread.start()
-    # the engine's node after step 1 (a node joins 3 s later), the learners' after step 3 (none joins)
-    for step, actor, joins in ((1, "inference", True), (3, "learner-teacher", False)):
+    # the engine's node after step 1 (a node joins 3 s later), the learners' after step 2 (none joins)
+    for step, actor, joins in ((1, "inference", True), (2, "learner-teacher", False)):
         while not done.is_set() and not any(r["step"] == step for r in RunDirectory(run_dir).read_metrics()):
             time.sleep(0.05)
         if done.is_set():

@@ -34,7 +34,7 @@ from short_runs import ROOT, launch_env
 from short_runs import SHORT as BASE_SHORT
 
 STEPS = 6
-SHORT = BASE_SHORT + [f"run.steps={STEPS}"]
+SHORT = BASE_SHORT + [f"run.steps={STEPS}", "verifier.actors=2"]  # a killed verifier's work has another to go to
 CLASSES = {"LearnerActor", "InferenceActor", "LeagueActor", "VerifierActor"}
 OURS = ("populora-", ".populora-", "verifier-")  # what our actors put in /dev/shm
 
