@@ -74,7 +74,7 @@ def test_dry_run_checks_the_running_cluster(head):
     assert out.returncode == 0, out.stderr[-3000:]
     assert (f"# resources of Ray cluster at {head.address}, already running on this machine (started by `ray start`; "
             "RAY_ADDRESS=local starts a separate one)") in out.stdout
-    assert "CPU: need 2, have 4 (ok)" in out.stdout  # the cluster's CPUs, not this machine's
+    assert "CPU: need 1.5, have 4 (ok)" in out.stdout  # the cluster's CPUs, not this machine's
     assert "Traceback" not in out.stdout + out.stderr
 
 
