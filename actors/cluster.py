@@ -47,11 +47,12 @@ QUIET_ACTOR_ENV = {
 """Environment of the actors when their output goes to log files: no progress bars, transformers' errors only."""
 
 NO_IDLE_WORKERS = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
-"""Ray's system settings for a cluster that runs our actors, not tasks. By default a raylet starts one idle Python worker per
-CPU, at its start and again for the first driver, ready for tasks; a run places actors, each of which starts a
-worker of its own, and one cleanup task per node when it stops, so those would only sit idle (each ~1.3 CPU-s to start, 81 MiB resident of
-which 43 MiB its own; on a 96-CPU node, 96 of them). Measured on two cores, a 2-step short run: 56-59 CPU-s with them off, 61-62 with them on. The same settings as
-environment variables (``RAY_enable_worker_prestart=0``) for clusters ``ray start`` runs: cluster.yaml."""
+"""Ray's system settings for a cluster that runs our actors, not tasks. By default a raylet starts one idle Python
+worker per CPU, at its start and again for the first driver, ready for tasks; a run places actors, each of which
+starts a worker of its own, and one cleanup task per node when it stops, so those would only sit idle (each ~1.3
+CPU-s to start, 81 MiB resident of which 43 MiB its own; on a 96-CPU node, 96 of them). Measured on two cores, a
+2-step short run: 56-59 CPU-s with them off, 61-62 with them on. The same settings as environment variables
+(``RAY_enable_worker_prestart=0``) for clusters ``ray start`` runs: cluster.yaml."""
 
 AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
 """Ray's logger that announces token authentication at ``ray.init``; our dashboard lines say it instead."""
