@@ -54,6 +54,9 @@ CPU-s to start, 81 MiB resident of which 43 MiB its own; on a 96-CPU node, 96 of
 2-step short run: 56-59 CPU-s with them off, 61-62 with them on. The same settings as environment variables
 (``RAY_enable_worker_prestart=0``) for clusters ``ray start`` runs: cluster.yaml."""
 
+NO_IDLE_WORKERS_ENV = {f"RAY_{key}": str(int(value)) for key, value in NO_IDLE_WORKERS.items()}
+"""``NO_IDLE_WORKERS`` as the environment a raylet reads them from (``ray start``, clusters started elsewhere)."""
+
 AUTH_SETUP_LOGGER = "ray._private.authentication.authentication_token_setup"
 """Ray's logger that announces token authentication at ``ray.init``; our dashboard lines say it instead."""
 

@@ -25,15 +25,15 @@ if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
-from actors.cluster import NO_IDLE_WORKERS
+from actors.cluster import NO_IDLE_WORKERS_ENV
 from learners.shared_base_paths import SHM_DIR_ENV, default_shm_dir
 from short_runs import SHORT, SHORT_RUN, Launched, launched
 
 # Ray started by any test binds loopback only, and its raylets start no idle workers for tasks (the clusters tests start
 # with ray.init, cluster_utils or `ray start`; launch.py's own local cluster sets the same, actors.cluster.NO_IDLE_WORKERS).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-for _key, _value in NO_IDLE_WORKERS.items():
-    os.environ.setdefault(f"RAY_{_key}", str(int(_value)))
+for _key, _value in NO_IDLE_WORKERS_ENV.items():
+    os.environ.setdefault(_key, _value)
 
 # Each process of the suite (each xdist worker) keeps our RAM-backed files (adapter stores, the learners' shared base)
 # in a directory of its own, which every Ray cluster and `launch.py` it starts inherits: tests that count what a run

@@ -44,11 +44,11 @@ def test_setup_commands_install_the_project():
 def test_every_node_starts_ray_with_the_subreaper_and_no_idle_workers():
     """Ray kills what a dead worker left behind (a GPU engine's vLLM engine core has no parent-death check), and no
     raylet starts idle workers for tasks the run never submits (the settings a local cluster gets)."""
-    from actors.cluster import NO_IDLE_WORKERS
+    from actors.cluster import NO_IDLE_WORKERS_ENV
 
     config = load()
     for commands in (config["head_start_ray_commands"], config["worker_start_ray_commands"]):
         start = next(c for c in commands if "ray start" in c)
         env = dict(word.split("=", 1) for word in start.split("ray start")[0].split(";")[-1].split())
         assert env["RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper"] == "true"
-        assert {f"RAY_{key}": str(int(value)) for key, value in NO_IDLE_WORKERS.items()}.items() <= env.items()
+        assert NO_IDLE_WORKERS_ENV.items() <= env.items()
