@@ -5,20 +5,59 @@ machine, other users' clusters included."""
 from __future__ import annotations
 
 import os
+import random
 import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
+# Ray's own fixed ports sit below (GCS 6379, dashboard 8265, client 10001, workers 10002-19999).
+_FIRST_TEST_PORT = 20000
+
+
+def _ephemeral_low() -> int:
     try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports that are free now, drawn at random between Ray's fixed ports and the kernel's
+    ephemeral range. A port the kernel hands out (binding port 0) can be taken again before the head binds it by any
+    outgoing connection or any other Ray process's port-0 bind on the machine; ports below that range are taken only by
+    an explicit bind, such as another test's head drawing the same number."""
+    rng = random.SystemRandom()
+    high = _ephemeral_low() - 1
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rng.randint(_FIRST_TEST_PORT, high)
+        if port in ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
+
+
+def start_head(command: Callable[[list[int]], list[str]], ports: int, tmpdir: str, env: dict[str, str],
+               timeout: float, attempts: int = 3) -> tuple[subprocess.CompletedProcess, list[int]]:
+    """Run ``command(free_ports(ports))`` (a ``ray start --head``) until it does not fail on a port taken in between,
+    stopping what a failed start left under ``tmpdir``. Returns the last attempt and its ports."""
+    for _ in range(attempts - 1):
+        chosen = free_ports(ports)
+        start = subprocess.run(command(chosen), env=env, capture_output=True, text=True, timeout=timeout)
+        if start.returncode == 0 or "already in use" not in start.stdout + start.stderr:
+            return start, chosen
+        stop_processes_under(tmpdir)
+    chosen = free_ports(ports)
+    return subprocess.run(command(chosen), env=env, capture_output=True, text=True, timeout=timeout), chosen
 
 
 def stop_processes_under(tmpdir: str) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from private_heads import free_ports, stop_processes_under
+from private_heads import start_head, stop_processes_under
 from short_runs import ROOT, SHORT
 
 from reporting.run_dir import RunDirectory
@@ -46,15 +46,14 @@ def head():
     temp = tempfile.mkdtemp(dir="/tmp", prefix="pr")  # Ray's socket paths under it stay far below 107 bytes
     env = {**os.environ, "TMPDIR": temp, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     env.pop("RAY_ADDRESS", None)
-    gcs, agent, metrics, client = free_ports(4)  # not the defaults another cluster on this machine may hold
     # The CLI through this interpreter: a `ray` script may not sit beside it (Ray on PYTHONPATH, a user install).
     ray_cmd = [sys.executable, "-m", "ray.scripts.scripts"]
     try:
-        start = subprocess.run(
-            [*ray_cmd, "start", "--head", "--num-cpus", "4", "--include-dashboard=false", "--disable-usage-stats",
-             f"--port={gcs}", f"--dashboard-agent-listen-port={agent}", f"--metrics-export-port={metrics}",
-             f"--ray-client-server-port={client}"],
-            env=env, capture_output=True, text=True, timeout=180)
+        start, (gcs, *_) = start_head(  # on ports of its own, not the defaults another cluster on this machine may hold
+            lambda ports: [*ray_cmd, "start", "--head", "--num-cpus", "4", "--include-dashboard=false",
+                           "--disable-usage-stats", f"--port={ports[0]}", f"--dashboard-agent-listen-port={ports[1]}",
+                           f"--metrics-export-port={ports[2]}", f"--ray-client-server-port={ports[3]}"],
+            ports=4, tmpdir=temp, env=env, timeout=180)
         assert start.returncode == 0, start.stderr[-3000:]
         address = (Path(temp) / "ray" / "ray_current_cluster").read_text().strip()
         assert address == f"127.0.0.1:{gcs}"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from private_heads import free_ports, stop_processes_under
+from private_heads import start_head, stop_processes_under
 from short_runs import ROOT, SHORT, launch, launch_env
 
 from reporting.run_dir import RunDirectory
@@ -145,11 +145,11 @@ def test_ray_job_submit_runs_a_short_job_with_token_auth(tiny_model, tmp_path):
     # stopped alone at the end by its --temp-dir (never `ray stop`, which stops every Ray process on the machine)
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
-    port, dash, agent = free_ports(3)  # the agent's default port may be another cluster's on this machine
-    start = subprocess.run([ray_cmd, "start", "--head", f"--port={port}", f"--dashboard-port={dash}",
-                            "--dashboard-host=127.0.0.1", f"--dashboard-agent-listen-port={agent}", "--num-cpus=2",
-                            f"--temp-dir={temp}"],
-                           env=env, capture_output=True, text=True, timeout=120)
+    start, (_, dash, _) = start_head(  # the agent's default port may be another cluster's on this machine
+        lambda ports: [ray_cmd, "start", "--head", f"--port={ports[0]}", f"--dashboard-port={ports[1]}",
+                       "--dashboard-host=127.0.0.1", f"--dashboard-agent-listen-port={ports[2]}", "--num-cpus=2",
+                       f"--temp-dir={temp}"],
+        ports=3, tmpdir=str(temp), env=env, timeout=120)
     assert start.returncode == 0, start.stderr
     try:
         run_dir = tmp_path / "job-run"
