@@ -38,9 +38,10 @@ class ModelConfig(Section):
         "that the project bootstraps and caches itself. '${VAR}' is read from the environment.",
         min_length=1,
     )
-    tiny_variant: Literal["default", "test", "stronger"] = Field(
+    tiny_variant: Literal["default", "test", "stronger", "larger"] = Field(
         "default", description="Which built-in tiny model to build when path is 'tiny' ('test' is smaller and quicker; "
-        "'stronger' is the dynamics study's, with students that solve more, a longer one-time build)."
+        "'stronger' and 'larger' are the dynamics study's: students trained on always-right examples, and a model of "
+        "about four times the parameters; each a longer one-time build)."
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Dtype of the frozen base weights (adapters train in float32)."

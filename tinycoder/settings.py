@@ -113,6 +113,9 @@ VARIANTS: dict[str, BuildSettings] = {
     # For the dynamics study only (docs/dynamics.md, study H), never the default path: the default with student
     # examples that are always right and 1.5x its training, for students that solve more of the valid tasks.
     "stronger": replace(DEFAULT, mix=ExampleMix(p_correct=1.0), train=replace(DEFAULT.train, steps=1200)),
+    # For the dynamics study only (docs/dynamics.md, lever 4b), never the default path: the default's corpus, examples
+    # and training on a Qwen2 of about four times the parameters (9.2M against 2.4M), so that size is the one change.
+    "larger": replace(DEFAULT, model=ModelShape(hidden=320, layers=6, kv_heads=1, intermediate=1280)),
     # About a minute: small and quick, for the test suite.
     "test": BuildSettings(
         corpus=CorpusSettings(programs=800, inputs_per_program=5, min_inputs=4),
