@@ -50,14 +50,13 @@ def start_head(command: Callable[[list[int]], list[str]], ports: int, tmpdir: st
                timeout: float, attempts: int = 3) -> tuple[subprocess.CompletedProcess, list[int]]:
     """Run ``command(free_ports(ports))`` (a ``ray start --head``) until it does not fail on a port taken in between,
     stopping what a failed start left under ``tmpdir``. Returns the last attempt and its ports."""
-    for _ in range(attempts - 1):
+    for attempt in range(1, attempts + 1):
         chosen = free_ports(ports)
         start = subprocess.run(command(chosen), env=env, capture_output=True, text=True, timeout=timeout)
-        if start.returncode == 0 or "already in use" not in start.stdout + start.stderr:
+        if start.returncode == 0 or "already in use" not in start.stdout + start.stderr or attempt == attempts:
             return start, chosen
         stop_processes_under(tmpdir)
-    chosen = free_ports(ports)
-    return subprocess.run(command(chosen), env=env, capture_output=True, text=True, timeout=timeout), chosen
+    raise ValueError(f"attempts must be >= 1, got {attempts}")
 
 
 def stop_processes_under(tmpdir: str) -> None:
