@@ -9,8 +9,9 @@ Arms: ``--population-config`` (default ``configs/tiny.yaml``, 2 teachers + 2 stu
 (default ``configs/tiny-single.yaml``, one adapter proposing and solving), compute-matched per adapter: every
 adapter generates and trains on the same numbers of tasks and rollouts per step in both arms (the single agent
 proposes ``tasks_per_teacher`` tasks and solves them ``rollouts_k`` times, as one teacher and one student do).
-Seed s runs both arms with ``run.seed=s``; the overrides apply to both, ``--population-override`` to the
-population arm alone (its size, its league and evolution: keys the single agent has no use for).
+Seed s runs both arms with ``run.seed=s``, for s in ``--first-seed`` .. ``--first-seed + --seeds - 1`` (a second,
+disjoint set replicates a first); the overrides apply to both, ``--population-override`` to the population arm
+alone (its size, its league and evolution: keys the single agent has no use for).
 
 Runs are kept under ``--keep`` (default ``studies/results/dynamics``): ``population/seed-<s>`` and
 ``single/seed-<s>``, each a normal run directory. A finished run is reused, an interrupted one resumed from its
@@ -274,7 +275,7 @@ def arm_overrides(arm: str, args: argparse.Namespace) -> list[str]:
 def settle(arm: str, seed: int, folder: Path, config: str, pace: dict[str, float], args: argparse.Namespace) -> bool:
     """Bring one arm's seed to ``args.steps`` (or, with ``--report-only``, only look); whether it finished."""
     run_dir = folder / arm / f"seed-{seed}"
-    label = f"{arm} seed {seed} ({seed + 1}/{args.seeds})"
+    label = f"{arm} seed {seed} ({seed - args.first_seed + 1}/{args.seeds})"
     if args.report_only:
         state, last = run_state(run_dir, args.steps)
         if state not in ("finished", "new"):
@@ -290,7 +291,9 @@ def settle(arm: str, seed: int, folder: Path, config: str, pace: dict[str, float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 of each arm")
+    parser.add_argument("--seeds", type=int, default=3, help="how many seeds of each arm: FIRST .. FIRST+N-1")
+    parser.add_argument("--first-seed", type=int, default=0, metavar="FIRST",
+                        help="the first seed (default 0); e.g. --first-seed 4 --seeds 4 runs a second, disjoint seed set")
     parser.add_argument("--keep", type=Path, default=ROOT / "studies" / "results" / "dynamics", help="the study folder")
     parser.add_argument("--population-config", default="configs/tiny.yaml")
     parser.add_argument("--single-config", default="configs/tiny-single.yaml")
@@ -307,8 +310,8 @@ def main() -> None:
                         help="another kept study (its summary.json): report each arm's slopes minus that study's")
     parser.add_argument("overrides", nargs="*", help="config overrides (key=value) applied to both arms")
     args = parser.parse_args()
-    if args.steps < 3 or args.seeds < 1:
-        parser.error("--steps must be >= 3 (a slope needs 3 points) and --seeds >= 1")
+    if args.steps < 3 or args.seeds < 1 or args.first_seed < 0:
+        parser.error("--steps must be >= 3 (a slope needs 3 points), --seeds >= 1 and --first-seed >= 0")
     from configs.loading import load_config
 
     configs = {"population": args.population_config, "single": args.single_config}
@@ -324,7 +327,8 @@ def main() -> None:
     # One queue of (arm, seed) runs, the slower population first within a seed; with --jobs 2 a run starts as soon
     # as either slot frees up, so the single agent's shorter run does not leave a core idle until the population's
     # ends (a seed pair waited for its slower arm before; the next seed now starts beside it).
-    queue = [(arm, seed) for seed in range(args.seeds) for arm in ARMS]
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    queue = [(arm, seed) for seed in seeds for arm in ARMS]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         outcomes = list(pool.map(lambda job: settle(job[0], job[1], folder, configs[job[0]], pace, args), queue))
     for (arm, seed), ok in zip(queue, outcomes):
@@ -344,7 +348,7 @@ def main() -> None:
 
     figure = draw_study(rows["population"], rows["single"], folder / "dynamics.png")
     summary.update({
-        "steps": args.steps, "seeds": {arm: len(usable[arm]) for arm in ARMS},
+        "steps": args.steps, "seeds": {arm: len(usable[arm]) for arm in ARMS}, "first_seed": args.first_seed,
         "failed_runs": [str(p.relative_to(folder)) for p in failed], "overrides": args.overrides,
         "population_overrides": args.population_override,
         "code_version": json.loads((folder / "study.json").read_text())["code_version"],

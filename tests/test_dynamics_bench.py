@@ -127,3 +127,10 @@ def test_the_expected_minutes_come_from_the_steps_the_folder_kept(tmp_path):
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert kept_pace(tmp_path, "population") == 12.0 != SECONDS_PER_STEP["population"]
     assert kept_pace(tmp_path, "single") is None
+
+
+def test_first_seed_selects_another_seed_set(study):
+    """``--first-seed 1`` reads seed 1 only: the kept seed 0 is not counted, so nothing is there to report."""
+    folder, _ = study
+    other = bench(folder, "--report-only", "--first-seed", "1")
+    assert other.returncode != 0 and "no finished run of population, single" in other.stderr
