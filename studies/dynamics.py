@@ -62,7 +62,7 @@ TRAINING_CODE = ("actors", "checkpoints", "configs", "evolution", "inference", "
 """What decides a run's numbers: a study's runs must all come from the same contents of these."""
 SECONDS_PER_STEP = {"population": 4.4, "single": 3.2}
 """Guesses for the first run's expected minutes (the tiny default on an idle 2-core machine) where the folder holds
-no step of the arm yet (``kept_pace``); later runs use the seconds per step the study has measured."""
+no step of the arm yet (``kept_pace``); later runs use the seconds per step the study has measured (``next_pace``)."""
 
 
 def kept_pace(folder: Path, arm: str) -> float | None:
@@ -71,6 +71,13 @@ def kept_pace(folder: Path, arm: str) -> float | None:
     steps = [sum(row.get("phase_seconds", {}).values()) for run_dir in sorted((folder / arm).glob("seed-*"))
              for row in RunDirectory(run_dir).read_metrics()]
     return sum(steps) / len(steps) if steps else None
+
+
+def next_pace(folder: Path, arm: str, finished: dict[str, float]) -> float:
+    """Seconds per step to announce for the arm's next run: a run of this session that finished (its wall time over
+    its steps, start-up included), else the steps the folder's runs have recorded so far (runs still going count:
+    with ``--jobs 2`` the second run of an arm starts before the first ends), else the idle-machine guess."""
+    return finished.get(arm) or kept_pace(folder, arm) or SECONDS_PER_STEP[arm]
 
 
 def log(message: str) -> None:
@@ -272,7 +279,7 @@ def arm_overrides(arm: str, args: argparse.Namespace) -> list[str]:
     return [*args.overrides, *(args.population_override if arm == "population" else [])]
 
 
-def settle(arm: str, seed: int, folder: Path, config: str, pace: dict[str, float], args: argparse.Namespace) -> bool:
+def settle(arm: str, seed: int, folder: Path, config: str, finished: dict[str, float], args: argparse.Namespace) -> bool:
     """Bring one arm's seed to ``args.steps`` (or, with ``--report-only``, only look); whether it finished."""
     run_dir = folder / arm / f"seed-{seed}"
     label = f"{arm} seed {seed} ({seed - args.first_seed + 1}/{args.seeds})"
@@ -281,10 +288,10 @@ def settle(arm: str, seed: int, folder: Path, config: str, pace: dict[str, float
         if state not in ("finished", "new"):
             log(f"{label}: {state} at step {last}; left out")
         return state == "finished"
-    ok, measured = train(arm, config, run_dir, seed, args.steps, arm_overrides(arm, args), pace[arm], label,
-                         args.ray_address)
+    ok, measured = train(arm, config, run_dir, seed, args.steps, arm_overrides(arm, args),
+                         next_pace(folder, arm, finished), label, args.ray_address)
     if measured:
-        pace[arm] = measured
+        finished[arm] = measured
     return ok
 
 
@@ -321,7 +328,7 @@ def main() -> None:
     other = read_other_study(args.against) if args.against else None
     check_identity(folder, study_identity(args), args.report_only)
 
-    pace = {arm: kept_pace(folder, arm) or SECONDS_PER_STEP[arm] for arm in ARMS}
+    finished: dict[str, float] = {}  # seconds per step of the runs this session finished, per arm
     usable: dict[str, list[Path]] = {arm: [] for arm in ARMS}
     failed: list[Path] = []
     # One queue of (arm, seed) runs, the slower population first within a seed; with --jobs 2 a run starts as soon
@@ -330,7 +337,7 @@ def main() -> None:
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     queue = [(arm, seed) for seed in seeds for arm in ARMS]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        outcomes = list(pool.map(lambda job: settle(job[0], job[1], folder, configs[job[0]], pace, args), queue))
+        outcomes = list(pool.map(lambda job: settle(job[0], job[1], folder, configs[job[0]], finished, args), queue))
     for (arm, seed), ok in zip(queue, outcomes):
         run_dir = folder / arm / f"seed-{seed}"
         if ok:

@@ -116,9 +116,10 @@ def test_an_interrupted_run_is_resumed_from_its_checkpoint(study, tmp_path):
 
 def test_the_expected_minutes_come_from_the_steps_the_folder_kept(tmp_path):
     """A resumed or continued study announces its runs from its own recorded steps, not the idle-machine guess."""
-    from studies.dynamics import SECONDS_PER_STEP, kept_pace
+    from studies.dynamics import SECONDS_PER_STEP, kept_pace, next_pace
 
-    assert kept_pace(tmp_path, "population") is None  # nothing kept: main() falls back to SECONDS_PER_STEP
+    assert kept_pace(tmp_path, "population") is None  # nothing kept: the idle-machine guess
+    assert next_pace(tmp_path, "population", {}) == SECONDS_PER_STEP["population"]
     for seed, seconds in ((0, (10.0, 14.0)), (1, (12.0,))):
         run = tmp_path / "population" / f"seed-{seed}"
         run.mkdir(parents=True)
@@ -127,6 +128,10 @@ def test_the_expected_minutes_come_from_the_steps_the_folder_kept(tmp_path):
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert kept_pace(tmp_path, "population") == 12.0 != SECONDS_PER_STEP["population"]
     assert kept_pace(tmp_path, "single") is None
+    # A run still going (seed 1: one step of three) counts until a run of this session finishes, then that run's pace.
+    assert next_pace(tmp_path, "population", {}) == 12.0
+    assert next_pace(tmp_path, "population", {"population": 30.0}) == 30.0
+    assert next_pace(tmp_path, "single", {"population": 30.0}) == SECONDS_PER_STEP["single"]
 
 
 def test_first_seed_selects_another_seed_set(study):
