@@ -128,7 +128,8 @@ def test_the_expected_minutes_come_from_the_steps_the_folder_kept(tmp_path):
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert kept_pace(tmp_path, "population") == 12.0 != SECONDS_PER_STEP["population"]
     assert kept_pace(tmp_path, "single") is None
-    # A run still going (seed 1: one step of three) counts until a run of this session finishes, then that run's pace.
+    # Recorded steps count (seed 1's one step as well, as a run still going would) until a run of this session
+    # finishes; then that run's pace does.
     assert next_pace(tmp_path, "population", {}) == 12.0
     assert next_pace(tmp_path, "population", {"population": 30.0}) == 30.0
     assert next_pace(tmp_path, "single", {"population": 30.0}) == SECONDS_PER_STEP["single"]
