@@ -14,8 +14,9 @@ strings the same way. The server
    server's frames, then loops: read requests (JSON lines on stdin), have the zygote clone a child
    per request (the server's own child, through ``CLONE_PARENT``; the server forks itself where
    that is unavailable or the zygote died), enforce the wall-clock deadline with
-   ``killpg(SIGKILL)``, reap the child through a pidfd, write one JSON result line per request on
-   stdout. It exits on EOF.
+   ``killpg(SIGKILL)``, reap the child through a pidfd, read the child's one result frame from a
+   pipe made for that run alone (``verifier.frames``; the zygote receives its write end with the
+   request), write one JSON result line per request on stdout. It exits on EOF.
 
 A child (``_child``) confines itself before it touches the program (``_confine_child``): new
 session and process group, stdin/stdout/stderr on /dev/null, an empty environment, rlimits (CPU
@@ -24,9 +25,10 @@ empty directory as chroot and an unprivileged uid of its own, the Landlock rules
 descriptor closed except its result pipe, a parent-death signal, and last the seccomp filter
 (``verifier.seccomp``). Then it lets go of the privileged helpers (``_take_context``; the zygote
 already dropped the verifier's modules, ``_forget_privileged_modules``), runs the
-program with the Python-level guards of ``verifier.guard`` and writes
-``status NUL error NUL output`` to the pipe. Each OS layer can be switched off (``layers``) to test
-that every other one holds alone.
+program with the Python-level guards of ``verifier.guard`` and writes one frame
+(``verifier.frames``) to its result pipe. The pipe is new for every run and nothing else holds its
+write end once the run has started, so whatever a run does to it (its size, flags, owner) ends
+with the run. Each OS layer can be switched off (``layers``) to test that every other one holds alone.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import resource
 import selectors
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -52,6 +55,7 @@ from collections import deque
 from typing import Any, Callable
 
 from verifier import guard, landlock, namespaces, syscalls
+from verifier.frames import decode as decode_frame, encode as encode_frame, frame_bound, violation
 from verifier.outputs import value_problem
 from verifier.seccomp import placeholder_offsets
 
@@ -74,9 +78,6 @@ UID_BLOCKS = 4096
 RESULT_FD = 3
 CHILD_FDS = 8
 BAD_EXIT = 70
-CHILD_STATUSES = frozenset(
-    {"ok", "no_entry_function", "forbidden", "runtime_error", "memory_limit", "output_too_large", "bad_output", "crashed"}
-)
 CLONE_PARENT = 0x00008000
 PR_SET_PDEATHSIG = syscalls.PR_SET_PDEATHSIG
 
@@ -225,8 +226,8 @@ def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bo
         positional, keywords = marshal.loads(binascii.a2b_base64(args_b64))
         if type(code) is not type(_run_program.__code__) or not isinstance(positional, list) or not isinstance(keywords, dict):
             raise TypeError("unexpected payload types")
-    except Exception as exc:
-        return "crashed", None, f"undecodable request: {type(exc).__name__}"
+    except Exception as exc:  # our own request, never a program's: the run ends without a frame (CRASHED)
+        raise RuntimeError(f"undecodable request: {type(exc).__name__}") from None
     module = type(sys)("__main__")
     ctx = _take_context()
     deny, install_hook = ctx.deny, ctx.install_hook
@@ -268,14 +269,12 @@ def _child(request: dict, result_fd: int, workdir: str, uid: int, address_space:
         cpu_s = int(math.ceil(request["timeout_s"])) + 1
         report = _confine_child(CONTEXT, workdir, uid, cpu_s, address_space, server)
         if request.get("probe"):
-            data = b"probe\0" + json.dumps(report).encode() + b"\0"
+            data = encode_frame("probe", "", json.dumps(report))
         else:
             status, output, error = _run_program(
                 request["code"], request["args"], request["max_output_chars"], request["guards"]
             )
-            data = b"\0".join(
-                [status.encode(), error.replace("\0", " ").encode("utf-8", "backslashreplace"), (output or "").encode("utf-8", "surrogatepass")]
-            )
+            data = encode_frame(status, error, output or "")
         view = memoryview(data)
         while view:
             view = view[os.write(RESULT_FD, view) :]
@@ -284,11 +283,11 @@ def _child(request: dict, result_fd: int, workdir: str, uid: int, address_space:
         os._exit(BAD_EXIT)
 
 
-def _read_exactly(fd: int, size: int) -> bytes | None:
-    """``size`` bytes from a blocking descriptor, or None at end of file."""
-    chunks, left = [], size
-    while left:
-        chunk = os.read(fd, left)
+def _receive_exactly(sock: socket.socket, size: int, head: bytes = b"") -> bytes | None:
+    """``size`` bytes from a blocking stream socket (``head`` already read), or None at end of file."""
+    chunks, left = [head], size - len(head)
+    while left > 0:
+        chunk = sock.recv(min(left, 1 << 20))
         if not chunk:
             return None
         chunks.append(chunk)
@@ -297,11 +296,12 @@ def _read_exactly(fd: int, size: int) -> bytes | None:
 
 
 def _zygote_main(kit: list) -> None:
-    """The zygote's loop: read ``size slot payload``, clone a child that runs it, answer its pid.
+    """The zygote's loop: receive ``size payload`` with the run's result pipe attached
+    (``SCM_RIGHTS``), clone a child that runs it, close its copy of the pipe, answer the pid.
 
-    ``kit`` (emptied at once) holds the pipes, ``clone``, the slots' result pipes and the server's
+    ``kit`` (emptied at once) holds the request socket, the reply pipe, ``clone`` and the server's
     pid; a cloned child deletes ``clone`` from this frame before it runs anything."""
-    requests, replies, clone, slot_writers, server, devnull = kit
+    requests, replies, clone, server, devnull = kit
     kit.clear()
     kernel = CONTEXT.kernel if CONTEXT is not None else None
     if kernel is None or kernel.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)) != 0 or os.getppid() != server:
@@ -313,20 +313,24 @@ def _zygote_main(kit: list) -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     low = 3  # hold no descriptor of the server's (its stdin and stdout are the host's pipes)
-    for fd in sorted({requests, replies, devnull, *slot_writers, CONTEXT.landlock_fd} - {-1}):
+    for fd in sorted({requests.fileno(), replies, devnull, CONTEXT.landlock_fd} - {-1}):
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 20)
+    receive_fds = socket.recv_fds
     while True:
-        head = _read_exactly(requests, 8)
-        payload = _read_exactly(requests, int.from_bytes(head[:4], "little")) if head else None
-        if payload is None:  # the server is gone or closed us
+        head, fds, _, _ = receive_fds(requests, 8, 1)
+        head = _receive_exactly(requests, 8, head) if head else None
+        payload = _receive_exactly(requests, int.from_bytes(head, "little")) if head else None
+        if payload is None or len(fds) != 1:  # the server is gone or closed us
             return
+        result_fd = fds[0]
         pid = clone()
         if pid == 0:
             del clone
             request, workdir, uid, address_space = marshal.loads(payload)
-            _child(request, slot_writers[int.from_bytes(head[4:], "little")], workdir, uid, address_space, server)
+            _child(request, result_fd, workdir, uid, address_space, server)
+        os.close(result_fd)  # before the answer: once the server has it, only the run holds the write end
         os.write(replies, pid.to_bytes(8, "little", signed=True))
 
 
@@ -340,14 +344,15 @@ class _Zygote:
     It is forked from a new thread: its only stack starts there, so no frame of the server (and
     nothing they hold) is reachable from a run's frames. That thread then parks for the server's
     lifetime: a parent-death signal fires when the parent *thread* ends.
-    Protocol on two pipes: ``size`` and ``slot`` (4 bytes each, little-endian) and a marshalled
-    ``(request, workdir, uid, address_space)``; the answer is the pid (or -errno), 8 bytes.
+    Protocol: on a UNIX stream socket, ``size`` (8 bytes, little-endian) and a marshalled
+    ``(request, workdir, uid, address_space)``, with the write end of the run's new result pipe
+    attached to the first byte (``SCM_RIGHTS``); the answer, on a pipe, is the pid (or -errno), 8 bytes.
     """
 
-    def __init__(self, clone: Callable[[], int], slot_writers: list[int], server: int, devnull: int):
-        req_r, self.requests = os.pipe()
+    def __init__(self, clone: Callable[[], int], server: int, devnull: int):
+        self.requests, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.replies, rep_w = os.pipe()
-        kit = [req_r, rep_w, clone, slot_writers, server, devnull]
+        kit = [zygote_end, rep_w, clone, server, devnull]
         forked = _thread.allocate_lock()
         forked.acquire()
         pids: list[int] = []
@@ -370,15 +375,17 @@ class _Zygote:
         _thread.start_new_thread(fork_here, ())
         forked.acquire()
         self.pid: int | None = pids[0]
-        os.close(req_r)
+        zygote_end.close()
         os.close(rep_w)
 
-    def clone(self, slot: int, payload: bytes) -> int | None:
-        """The pid of a new child of ours running ``payload``; None (and the zygote closed) on failure."""
-        view = memoryview(len(payload).to_bytes(4, "little") + slot.to_bytes(4, "little") + payload)
+    def clone(self, payload: bytes, result_fd: int) -> int | None:
+        """The pid of a new child of ours running ``payload`` with ``result_fd`` as its result pipe;
+        None (and the zygote closed) on failure."""
+        data = len(payload).to_bytes(8, "little") + payload
         try:
-            while view:
-                view = view[os.write(self.requests, view) :]
+            sent = socket.send_fds(self.requests, [data], [result_fd])
+            if sent < len(data):
+                self.requests.sendall(data[sent:])
             reply = os.read(self.replies, 8)
         except OSError:
             reply = b""
@@ -391,8 +398,8 @@ class _Zygote:
     def close(self) -> None:
         if self.pid is None:
             return
-        for fd in (self.requests, self.replies):
-            os.close(fd)
+        self.requests.close()
+        os.close(self.replies)
         try:
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
@@ -402,9 +409,11 @@ class _Zygote:
 
 
 class _Running:
-    """A child in flight: its pid, pidfd, result pipe, deadline and slot."""
+    """A child in flight: its pid, pidfd, result pipe (read end; ``open`` until end of file or the
+    bound), deadline and slot; ``overflow`` once it wrote more than one frame may hold."""
 
-    __slots__ = ("request", "pid", "pidfd", "read_fd", "workdir", "slot", "started", "deadline", "chunks", "size", "killed")
+    __slots__ = ("request", "pid", "pidfd", "read_fd", "workdir", "slot", "started", "deadline", "chunks", "size",
+                 "killed", "open", "overflow", "bound")
 
     def __init__(self, request, pid, pidfd, read_fd, workdir, slot, started, deadline):
         self.request, self.pid, self.pidfd, self.read_fd = request, pid, pidfd, read_fd
@@ -412,6 +421,9 @@ class _Running:
         self.chunks: list[bytes] = []
         self.size = 0
         self.killed = False
+        self.open = True
+        self.overflow = False
+        self.bound = frame_bound(int(request["max_output_chars"]))
 
 
 class Server:
@@ -474,11 +486,6 @@ class Server:
         self.pending: deque[dict] = deque()
         self.running: dict[int, _Running] = {}  # by pidfd
         self.free_slots = list(range(max(1, workers) - 1, -1, -1))
-        # one result pipe per slot, reused run after run: the zygote must hold every write end
-        # before it is forked. A pipe is empty again once its run's child is reaped and drained.
-        self.slot_pipes = [os.pipe() for _ in range(max(1, workers))]
-        for read_fd, _ in self.slot_pipes:
-            os.set_blocking(read_fd, False)
         self.zygote: _Zygote | None = None
         number = kernel.numbers.get("clone") if kernel is not None else None
         self.clone = None if number is None else (lambda: kernel.syscall(number, CLONE_PARENT | int(signal.SIGCHLD)))
@@ -521,13 +528,15 @@ class Server:
         else:
             workdir = os.path.join(self.base, str(self.counter))
             os.mkdir(workdir, 0o555)
-        read_fd, write_fd = self.slot_pipes[slot]
+        # a new result pipe for every run: nothing a run does to it (size, flags, owner) outlives the run
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
         address_space = self.baseline_as + int(request["memory_mb"]) * 1024 * 1024
         uid = self.uid_base + slot % UIDS_PER_SERVER
         started = time.monotonic()
         pid = None
         if self.zygote is not None:
-            pid = self.zygote.clone(slot, marshal.dumps((request, workdir, uid, address_space)))
+            pid = self.zygote.clone(marshal.dumps((request, workdir, uid, address_space)), write_fd)
             if pid is None:  # it died or cannot clone here: fork ourselves from now on
                 self.zygote = None
         if pid is None:
@@ -538,6 +547,7 @@ class Server:
                 CONTEXT.python_guards = False  # nothing was disarmed in this process: the run does it
                 _forget_privileged_modules()
                 _child(request, write_fd, workdir, uid, address_space, server)
+        os.close(write_fd)  # the run holds the only write end now: its exit is the pipe's end of file
         pidfd = os.pidfd_open(pid)
         run = _Running(request, pid, pidfd, read_fd, workdir, slot, started, started + float(request["timeout_s"]))
         self.running[pidfd] = run
@@ -545,17 +555,28 @@ class Server:
         self.selector.register(read_fd, selectors.EVENT_READ, ("pipe", run))
 
     def drain(self, run: _Running) -> None:
-        """Read what the child wrote so far (kept up to a bound). The slot's pipe never reaches end of
-        file (the server holds its write end for later runs); the child's exit ends the run."""
-        limit = 12 * int(run.request["max_output_chars"]) + 4096
-        while True:
+        """Read what the child wrote so far. At end of file, or once it wrote more than one frame
+        may hold (``frames.frame_bound``; the run is killed then), the pipe is closed: the server
+        never keeps more than the bound of any run, however much it writes."""
+        while run.open:
             try:
                 chunk = os.read(run.read_fd, 65536)
             except BlockingIOError:
                 return
-            if run.size < limit:
+            if chunk:
                 run.chunks.append(chunk)
                 run.size += len(chunk)
+                if run.size <= run.bound:
+                    continue
+                run.overflow = True
+                self.kill(run)
+            self.close_pipe(run)
+
+    def close_pipe(self, run: _Running) -> None:
+        if run.open:
+            run.open = False
+            self.selector.unregister(run.read_fd)
+            os.close(run.read_fd)
 
     @staticmethod
     def kill(run: _Running) -> None:
@@ -569,8 +590,8 @@ class Server:
     def finish(self, run: _Running) -> None:
         self.kill(run)  # a zombie leader keeps its process-group id reserved, so this hits nothing else
         _, wait_status, usage = os.wait4(run.pid, 0)
-        self.selector.unregister(run.read_fd)
-        self.drain(run)  # the child is gone: this empties the slot's pipe for the next run
+        self.drain(run)  # the child is gone: what it wrote is all in the pipe now
+        self.close_pipe(run)
         self.selector.unregister(run.pidfd)
         os.close(run.pidfd)
         del self.running[run.pidfd]
@@ -590,6 +611,8 @@ class Server:
         """The result of a reaped child; a result it wrote counts only after a clean exit."""
         if run.killed:
             return {"status": "timeout", "output": None, "error": f"wall-clock limit of {float(run.request['timeout_s']):g} s exceeded"}
+        if run.overflow:
+            return violation(f"more than {run.bound} bytes written to the result pipe (one frame's bound)")
         if os.WIFSIGNALED(wait_status):
             sig = os.WTERMSIG(wait_status)
             name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
@@ -600,20 +623,7 @@ class Server:
         code = os.WEXITSTATUS(wait_status)
         if code != 0:
             return {"status": "crashed", "output": None, "error": f"exited with code {code} and no result"}
-        try:  # the frame is status NUL error NUL output
-            status, error, output = b"".join(run.chunks).split(b"\0", 2)
-            status = status.decode("ascii")
-            if status == "probe":
-                return {"status": "ok", "output": None, "error": "", "probe": json.loads(error)}
-            if status not in CHILD_STATUSES:
-                raise ValueError(f"unknown status {status[:20]!r}")
-            return {
-                "status": status,
-                "output": output.decode("utf-8", "surrogatepass") if status == "ok" else None,
-                "error": error.decode("utf-8", "replace"),
-            }
-        except Exception:
-            return {"status": "crashed", "output": None, "error": "the execution exited without a valid result"}
+        return decode_frame(b"".join(run.chunks), int(run.request["max_output_chars"]), bool(run.request.get("probe")))
 
     # --- requests -----------------------------------------------------------------------------
     def read_requests(self) -> None:
@@ -648,7 +658,7 @@ class Server:
         self.selector.register(0, selectors.EVENT_READ, ("stdin", None))
         gc.freeze()  # keep the collector from touching (and so copying) the server's objects in children
         if self.clone is not None:
-            self.zygote = _Zygote(self.clone, [write_fd for _, write_fd in self.slot_pipes], self.pid, CONTEXT.devnull)
+            self.zygote = _Zygote(self.clone, self.pid, CONTEXT.devnull)
         hello = {
             "no_new_privs": self.no_new_privs,
             "root": self.root,
@@ -704,10 +714,12 @@ def main(argv: list[str]) -> None:
     settings = json.loads(base64.b64decode(argv[2]))
     # Set once here, inherited by every child: PYTHONHASHSEED has been read at startup and nothing
     # else is in the environment; SIGINT is the terminal's (the host ends us by closing stdin);
-    # a write past RLIMIT_FSIZE fails with EFBIG instead of killing; SIGPIPE is already ignored.
+    # a write past RLIMIT_FSIZE fails with EFBIG instead of killing; SIGPIPE is already ignored;
+    # SIGIO, whose default ends a process, is what a descriptor's owner gets (F_SETOWN, O_ASYNC):
+    # ignored, so that no run that armed a descriptor can end the server or the zygote with it.
     os.environ.clear()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    for number in (signal.SIGINT, signal.SIGXFSZ, signal.SIGIO):
+        signal.signal(number, signal.SIG_IGN)
     server = Server(int(settings["uid_base"]), int(settings["workers"]), settings)
     try:
         server.serve()

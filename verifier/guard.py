@@ -15,11 +15,15 @@ process group) holds even when a program gets around this one. Three parts:
 - stubs in place of the few functions that act outside the process without an audit event
   (``UNAUDITED``: ``pidfd_send_signal``, ``_posixsubprocess.fork_exec``...).
 
-The program cannot change this layer: the hook's policy lives in its closure as frozensets, a
-violation ends the process at once (``fatal``) instead of being recorded where the program could
-clear it, and the fork server removes its own modules and privileged helpers from the child's
-interpreter before the program runs. Allowed modules still lead to ``sys``, ``os`` and
-``builtins`` (``dataclasses.sys``); what those offer is what the hook and the stubs let through.
+This layer is a convenience, not a boundary: it turns ordinary violations into clear FORBIDDEN
+verdicts before any system call. Its policy lives in closures as frozensets (rebinding this
+module's names changes nothing), a violation ends the process at once (``fatal``) instead of being
+recorded where the program could clear it, and the fork server removes its own modules and
+privileged helpers from the child's interpreter before the program runs. But allowed modules lead
+to ``sys``, ``os`` and the real ``builtins`` (``dataclasses.sys``), and through the real ``getattr``
+to the closure cells of ``deny``, which the stubs and the hook share: a program can overwrite them
+and disarm the layer. No guarantee rests on it; the operating-system layers hold each one
+(``Verifier.defences()['guarantees']``, docs/verifier.md).
 
 Standard library only: this module is imported by the fork server, which runs without site-packages.
 """
@@ -32,6 +36,8 @@ import operator
 import os
 import sys
 from typing import Any, Callable, NoReturn
+
+from verifier.frames import encode as encode_frame
 
 # The module allow-list: pure, deterministic modules with no file, network, process, thread or
 # clock access. All of them are imported by the fork server before it forks, so a program's
@@ -156,15 +162,16 @@ def _name_problem(name: Any) -> str | None:
 
 
 def fatal(result_fd: int) -> Callable[[str], NoReturn]:
-    """The one way a guard reports a violation: write ``forbidden NUL reason NUL`` on the run's
-    result pipe and end the process at once (``os._exit``), so no program can catch the verdict,
-    clear a record of it or go on after it. ``os.write`` and ``os._exit`` are bound here, in the
-    closure, so rebinding them in the ``os`` module changes nothing."""
-    write, exit_now = os.write, os._exit
+    """The one way a guard reports a violation: write a ``forbidden`` frame (``verifier.frames``)
+    with the reason on the run's result pipe and end the process at once (``os._exit``), so a
+    program cannot catch the verdict or go on after it. ``os.write`` and ``os._exit`` are bound
+    here, in the closure, so rebinding them in the ``os`` module changes nothing; the closure
+    itself is reachable from program code (see the module docstring: a convenience layer)."""
+    write, exit_now, frame = os.write, os._exit, encode_frame
 
     def deny(reason: str) -> NoReturn:
         try:
-            write(result_fd, b"forbidden\0" + str(reason)[:300].encode("utf-8", "backslashreplace") + b"\0")
+            write(result_fd, frame("forbidden", str(reason)[:300]))
         finally:
             exit_now(0)
 
@@ -276,8 +283,9 @@ def install_audit_hook(deny: Callable[[str], NoReturn]) -> None:
     ``object.__getattr__`` is allowed except for frame attributes (the route to interpreter globals).
     The policy is bound here, in the closure of the hook, as frozensets: rebinding the names of
     this module (``guard.ALLOWED_EVENTS = ...``, through ``sys.modules`` or a function's globals)
-    does not change it, the sets cannot be mutated, and nothing but the interpreter holds the
-    hook. A blocked event ends the run at once through ``deny``: there is no record to clear.
+    does not change it and the sets cannot be mutated. A blocked event ends the run at once
+    through ``deny``: there is no record to clear. ``deny`` itself is reachable from program code
+    (the module docstring): this hook is a convenience, not a boundary.
     """
     allowed: frozenset[str] = frozenset(ALLOWED_EVENTS)
     frame_attributes: frozenset[str] = frozenset(FRAME_ATTRIBUTES)

@@ -38,6 +38,7 @@ from typing import Any, Iterable, Sequence
 from verifier import seccomp
 from verifier.defences import WeakSandboxError, explain, missing
 from verifier.forkserver import BOOTSTRAP, INTERPRETER_FLAGS, OS_LAYERS
+from verifier.frames import MAX_PROBE_BYTES
 from verifier.guard import ALLOWED_MODULES, BENCHMARK_MODULES
 from verifier.outputs import output_problem
 from verifier.preflight import Prepared, prepare_args, prepare_program
@@ -45,6 +46,7 @@ from verifier.preflight import Prepared, prepare_args, prepare_program
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 HASH_SEED = "0"
 DEFAULT_UID_BASE = 200_000
+MAX_OUTPUT_CHARS = 1 << 24  # the fork server keeps at most ~4 bytes per character of one run's frame
 
 
 class Status(str, enum.Enum):
@@ -97,6 +99,44 @@ def combine_runs(runs: Sequence[ExecResult]) -> ExecResult:
         shown = " vs ".join(repr(o[:40]) for o in sorted(outputs))
         return ExecResult(Status.NONDETERMINISTIC, None, f"runs returned different values: {shown}", wall)
     return ExecResult(Status.OK, runs[0].output, "", wall)
+
+
+def result_of(message: Any, max_output_chars: int) -> ExecResult:
+    """The verdict one result line of a fork server stands for, checked again on this side of the
+    pipe: a known status, an output (a string no longer than ``max_output_chars``) exactly when the
+    status is OK. Anything else is CRASHED with the reason; never raises."""
+    if not isinstance(message, dict):
+        return ExecResult(Status.CRASHED, None, f"unreadable result from the fork server: {str(message)[:100]}")
+    wall = message.get("wall_s", 0.0)
+    wall = float(wall) if isinstance(wall, (int, float)) else 0.0
+    try:
+        status = Status(message.get("status"))
+    except ValueError:
+        return ExecResult(Status.CRASHED, None, f"unknown status from the fork server: {str(message.get('status'))[:40]!r}", wall)
+    error = message.get("error")
+    error = error[:1000] if isinstance(error, str) else ""
+    if status is not Status.OK:
+        return ExecResult(status, None, error, wall)
+    output = message.get("output")
+    if not isinstance(output, str):
+        return ExecResult(Status.CRASHED, None, "an OK result without an output", wall)
+    if len(output) > max_output_chars:
+        return ExecResult(Status.OUTPUT_TOO_LARGE, None, f"output repr has {len(output)} characters, the bound is {max_output_chars}", wall)
+    return ExecResult(Status.OK, output, "", wall)
+
+
+def probe_report(message: Any) -> dict[str, Any]:
+    """The probe run's report (a flat JSON object of at most ``frames.MAX_PROBE_BYTES``), or {}."""
+    text = message.get("probe") if isinstance(message, dict) else None
+    if not isinstance(text, str) or len(text) > MAX_PROBE_BYTES:
+        return {}
+    try:
+        report = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(report, dict):
+        return {}
+    return {k: v for k, v in report.items() if isinstance(v, (bool, int, float, str, type(None)))}
 
 
 _SECCOMP: tuple[str | None, str] | None = None
@@ -351,8 +391,8 @@ class Verifier:
             raise ValueError(f"timeout_s must be in (0, 3600], got {timeout_s}")
         if not 16 <= int(memory_mb) <= 1 << 20:
             raise ValueError(f"memory_mb must be in [16, 1048576], got {memory_mb}")
-        if int(max_output_chars) < 1:
-            raise ValueError(f"max_output_chars must be positive, got {max_output_chars}")
+        if not 1 <= int(max_output_chars) <= MAX_OUTPUT_CHARS:
+            raise ValueError(f"max_output_chars must be in [1, {MAX_OUTPUT_CHARS}], got {max_output_chars}")
         if workers is not None and int(workers) < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         if not 0 < int(uid_base) < 2**31:
@@ -378,6 +418,7 @@ class Verifier:
         self._allowed = ALLOWED_MODULES | frozenset(self.extra_modules)
         self._lock = threading.Lock()
         self._pool: _ServerPool | None = None
+        self._generation = 0  # counts ``close`` calls: runs lost to a close are not retried
         self._probe: dict[str, Any] = {}
         self._pool_for_use()
         self._check_required()
@@ -411,7 +452,7 @@ class Verifier:
                 }
                 self._pool = _ServerPool(self.workers, settings)
                 probe = self._pool.servers[0].submit([self._request("", "", probe=True)])[0].result()
-                self._probe = probe.get("probe", {})
+                self._probe = probe_report(probe)
             elif not self._pool.alive():
                 self._pool.replace_dead()
             return self._pool
@@ -419,6 +460,7 @@ class Verifier:
     def close(self) -> None:
         """Stop the fork servers (and any run in flight). The verifier restarts them if used again."""
         with self._lock:
+            self._generation += 1
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
@@ -519,33 +561,40 @@ class Verifier:
             results[i] = combine_runs(runs[k * repeats : (k + 1) * repeats])
         return results  # type: ignore[return-value]
 
-    def _run(self, requests: list[dict], retry_server_death: bool = True) -> list[ExecResult]:
-        """Run ``requests`` on the fork server. Runs lost because the server itself died (killed from
-        outside, or its host process going away) are retried once on a fresh server; only a second
-        death is reported as CRASHED, so an infrastructure failure never becomes a program's verdict."""
+    def _run(self, requests: list[dict]) -> list[ExecResult]:
+        """Run ``requests`` on the fork servers: exactly one verdict per request, in order.
+
+        A run lost because its server died (killed from outside, its host going away, or the run
+        itself) is retried once, alone, on a fresh server, so an infrastructure failure never
+        becomes a program's verdict and a program that kills its server takes no other run with
+        it: only a run whose lone retry dies too is CRASHED, with that reason."""
+        generation = self._generation
+        out, died = self._submit(requests)
+        for k in died:
+            if self._generation != generation:  # closed meanwhile: no fresh server for a closed verifier
+                out[k] = ExecResult(Status.CRASHED, None, "the verifier was closed while this run was in flight")
+                continue
+            again, died_again = self._submit([requests[k]])
+            out[k] = again[0] if not died_again else ExecResult(
+                Status.CRASHED, None, "the fork server died while this run was in flight, and again when it ran alone"
+            )
+        return out
+
+    def _submit(self, requests: list[dict]) -> tuple[list[ExecResult], list[int]]:
+        """The verdicts of one submission, and the indices of the runs lost to a server's death."""
         try:
             futures = self._pool_for_use().submit(requests)
         except ServerDied as exc:
-            futures = None
-            died: list[int] = list(range(len(requests)))
-            out: list[ExecResult] = [ExecResult(Status.CRASHED, None, str(exc))] * len(requests)
-        if futures is not None:
-            out, died = [], []
-            for k, future in enumerate(futures):
-                try:
-                    message = future.result()
-                    status = Status(message["status"])
-                    out.append(ExecResult(status, message.get("output"), message.get("error", ""), float(message.get("wall_s", 0.0))))
-                except ServerDied as exc:
-                    out.append(ExecResult(Status.CRASHED, None, str(exc)))
-                    died.append(k)
-                except (ValueError, KeyError, TypeError):
-                    out.append(ExecResult(Status.CRASHED, None, f"unreadable result from the fork server: {str(message)[:100]}"))
-        if died and retry_server_death:
-            again = self._run([requests[k] for k in died], retry_server_death=False)
-            for k, result in zip(died, again):
-                out[k] = result
-        return out
+            return [ExecResult(Status.CRASHED, None, str(exc))] * len(requests), list(range(len(requests)))
+        out: list[ExecResult] = []
+        died: list[int] = []
+        for k, future in enumerate(futures):
+            try:
+                out.append(result_of(future.result(), self.max_output_chars))
+            except ServerDied as exc:
+                out.append(ExecResult(Status.CRASHED, None, str(exc)))
+                died.append(k)
+        return out, died
 
     # --- report ---------------------------------------------------------------------------------
     def defences(self) -> dict[str, Any]:
@@ -558,11 +607,25 @@ class Verifier:
         isolated = bool(ns.get("isolated"))
         abi = int(hello.get("landlock_abi") or 0)
         landlock_on = bool(probe.get("landlock"))
+        # No run can signal a process outside it by any route (kill, its process group, a
+        # descriptor's signal owner): seccomp (kill of its own group only, no F_SETOWN/F_SETSIG,
+        # no ioctl), Landlock's signal scope (ABI >= 6, which covers a descriptor's owner too), or
+        # as root a uid of its own. A PID namespace alone is not enough without root: a run has
+        # the zygote's uid there.
+        signal_layers = [name for name, on in (
+            ("seccomp", bool(probe.get("seccomp"))),
+            ("landlock", landlock_on and abi >= 6),
+            ("credentials", root and uid not in (None, 0)),
+        ) if on]
         report = {
             "process_per_execution": True,
             "fork_server_warm_imports": True,
             "fork_zygote": bool(hello.get("zygote")),
+            # on or off; a convenience layer either way (clear FORBIDDEN verdicts for ordinary
+            # violations): a program with the whole of Python can disarm it, so no guarantee
+            # below rests on it (``guarantees`` names the layers each one does rest on)
             "python_guards": self.python_guards,
+            "python_layer": "convenience: a program can disarm it; no guarantee rests on it",
             "module_allow_list": self.python_guards,
             "audit_hook": self.python_guards,
             "rlimits": ["cpu", "address_space", "open_files", "no_core"]
@@ -590,10 +653,18 @@ class Verifier:
             "no_new_privs": bool(hello.get("no_new_privs")),
             "host_files_invisible": isolated or bool(probe.get("chroot")) or landlock_on,
             "no_network": isolated or (landlock_on and abi >= 4),
-            "signals_confined": isolated or bool(probe.get("seccomp")) or (landlock_on and abi >= 6) or (root and uid not in (None, 0)),
+            "signals_confined": bool(signal_layers),
             "hash_seed": int(HASH_SEED),
             "running_as_root": root,
             "layers_switched_off": list(self.disable),
             "workers": self.workers,
+            "result_channel": "one frame per run on a pipe of its own, bounded and checked by the server and the caller",
+        }
+        report["guarantees"] = {
+            "host_files_invisible": [name for name, on in (("namespaces", isolated), ("chroot", report["chroot"]), ("landlock", landlock_on)) if on],
+            "no_network": [name for name, on in (("namespaces", isolated), ("landlock", landlock_on and abi >= 4)) if on],
+            "signals_confined": signal_layers,
+            "resource_limits": ["rlimits", "wall_clock_kill"] if report["resource_limits"] else ["wall_clock_kill"],
+            "one_verdict_per_run": ["fork_server"],
         }
         return report
