@@ -58,6 +58,8 @@ def summary(rows: list[dict[str, Any]], run: RunDirectory, wall: float) -> str:
     first, last = rows[0], rows[-1]
     events = sum(len(r["evolution"]) for r in rows)
     best = max(last["members"], key=lambda m: m["mu"] - 3 * m["sigma"])
+    solvers = [m for m in last["members"] if m.get("role") in ("student", "agent")] or last["members"]
+    solver = max(solvers, key=lambda m: m["mu"] - 3 * m["sigma"])
     return "\n".join([
         f"run finished: steps {first['step']}..{last['step']} in {wall / 60:.1f} min -> {run.root}",
         f"  valid rate   {first['valid_rate']:.2f} -> {last['valid_rate']:.2f}",
@@ -66,6 +68,7 @@ def summary(rows: list[dict[str, Any]], run: RunDirectory, wall: float) -> str:
         f"  evolution    {events} events; strongest member {best['id']} (mu {best['mu']:.2f}, sigma {best['sigma']:.2f})",
         f"  logs:        {run.logs} (driver.log, one file per actor)",
         f"  plots:       python -m reporting {run.root}",
+        f"  export:      python -m evaluation.export {run.root} --member {solver['id']}   (its strongest solver; --merge for a full model)",
     ])
 
 

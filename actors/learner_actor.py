@@ -22,8 +22,10 @@ import ray
 @ray.remote(max_restarts=0)  # stateful: the driver recovers it from a checkpoint (actors.driver)
 class LearnerActor:
     def __init__(self, model_path: str, members: list[str], settings: Any, seed: int,
-                 cuda_base: dict[str, Any] | None = None):
-        """``settings``: a ``learners.settings.LearnerSettings`` (``LearnerSettings.from_config(config, role)``)."""
+                 cuda_base: dict[str, Any] | None = None, base_name: str = ""):
+        """``settings``: a ``learners.settings.LearnerSettings`` (``LearnerSettings.from_config(config, role)``).
+        ``base_name``: what every adapter written names as its base (``planning.model_files.base_model_name``;
+        default ``model_path``), so a checkpointed adapter loads outside the run."""
         from actors.cluster import actor_device, deterministic_torch, route_actor_output
 
         route_actor_output("learner")  # before any import prints
@@ -46,6 +48,7 @@ class LearnerActor:
         self.versions = {member: 0 for member in members}
         self._step: tuple[Any, dict[str, dict[str, float]]] | None = None  # a data-parallel share in progress
         self._share_index = 0  # its index among the replicas
+        self.base_name = base_name or str(Path(model_path).resolve())
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.base_dir = base_dir = materialise_base(model_path, getattr(torch, settings.dtype))
         self.base_owner = None
@@ -233,7 +236,7 @@ class LearnerActor:
         for member in members if members is not None else list(self.slots):
             if member not in self.slots:
                 continue
-            files = adapter_files(self.model, self.slots[member], getattr(torch, dtype))
+            files = adapter_files(self.model, self.slots[member], getattr(torch, dtype), self.base_name)
             payload = {name: np.frombuffer(data, dtype=np.uint8) for name, data in files.items()}
             out[member] = (self.versions[member], [ray.put(payload)])
         return out
@@ -269,7 +272,7 @@ class LearnerActor:
         root = Path(checkpoint_dir) / subdir
         root.mkdir(parents=True, exist_ok=True)
         for member, slot in self.slots.items():
-            self.learner.save_adapter(slot, root / "adapters" / member)
+            self.learner.save_adapter(slot, root / "adapters" / member, self.base_name)
         torch.save(self.learner.optimizers.state_dict(), root / "optimizers.pt")
         torch.save(torch.get_rng_state(), root / "torch_rng.pt")
         (root / "slots.json").write_text(json.dumps({"slots": self.slots, "versions": self.versions}))

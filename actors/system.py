@@ -45,6 +45,7 @@ from actors.inference_actor import InferenceActor
 from actors.league_actor import LeagueActor
 from actors.learner_actor import LearnerActor
 from learners.settings import LearnerSettings
+from planning.model_files import base_model_name
 from planning.placement import PlacementPlan
 from checkpoints import file_digest, mark_checkpoint_dir, read_checkpoint_token
 from rollouts import Sample
@@ -167,6 +168,7 @@ class System:
                     model_path, owned, LearnerSettings.from_config(cfg, role),
                     cfg.run.seed + (0 if cfg.rl.data_parallel else shard),  # replicas start identical
                     cuda_base=handles.get(actor.gpu_ids[0]) if actor.gpu_ids else None,
+                    base_name=base_model_name(cfg, model_path),
                 )
                 made["learners"].append(learner)
                 if actor.gpu_ids and actor.gpu_ids[0] not in handles:

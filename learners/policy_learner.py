@@ -271,9 +271,10 @@ class PolicyLearner:
         load_adapter(self.model, slot, path)
         self.optimizers.reset(slot)
 
-    def save_adapter(self, slot: int, path: str | os.PathLike) -> None:
-        """Export ``slot`` as a PEFT directory (what the inference engine loads)."""
-        save_adapter(self.model, slot, path)
+    def save_adapter(self, slot: int, path: str | os.PathLike, base_model_name_or_path: str = "") -> None:
+        """Export ``slot`` as a PEFT directory (what the inference engine loads), naming
+        ``base_model_name_or_path`` as its base (default: the model's own ``_name_or_path``)."""
+        save_adapter(self.model, slot, path, base_model_name_or_path)
 
 
 _TOKEN_MEANS = ("pg_loss", "kl", "entropy", "clip_fraction", "ratio", "advantage")

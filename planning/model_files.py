@@ -15,6 +15,17 @@ WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
+def base_model_name(config: Config, model_dir: str) -> str:
+    """What an adapter names as its base (``base_model_name_or_path``), so that it loads outside the run: a
+    Hugging Face id as configured, a local directory as an absolute path, the tiny model as its resolved
+    directory ``model_dir`` (never the learners' temporary shared copy in /dev/shm)."""
+    configured = config.model.path
+    if configured == "tiny":
+        return str(Path(model_dir).resolve())
+    local = Path(configured).expanduser()
+    return str(local.resolve()) if local.is_dir() else configured
+
+
 def resolve_model(config: Config, progress: bool = True) -> str:
     """The model directory: the built-in tiny model (built and cached on first use, showing its progress when
     ``progress``) or a local path holding a config.json, weights and a tokenizer; anything else is a

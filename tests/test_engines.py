@@ -464,3 +464,43 @@ def test_transformers_engine_on_cuda_matches_the_reference(tiny_qwen2, adapter_d
     assert greedy_base.token_ids == reference.greedy(None, PROMPTS[0])
     assert len(sampled.token_ids) == len(sampled.logprobs) > 0
     engine.close()
+
+
+def test_an_exported_member_serves_through_the_engine_and_the_printed_line_parses(engine, reference, adapter_dirs,
+                                                                                   tiny_qwen2, tmp_path):
+    """``python -m evaluation.export`` of a run's member (here a run directory holding adapter a0 as member m0):
+    the exported directory loads through the engine (on vLLM a ``LoRARequest`` naming its path) with the greedy
+    output of the original adapter, and the printed ``vllm serve`` line parses with vLLM's own argument parser.
+    Last in the file: it swaps a0 in place (version 2)."""
+    import shlex
+
+    from checkpoints import MANIFEST, tree_digests
+    from configs import Config, dump_config
+    from evaluation.export import export_member
+
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoints" / "step-3"
+    shutil.copytree(adapter_dirs["a0"], checkpoint / "learners" / "0" / "adapters" / "m0")
+    (checkpoint / MANIFEST).write_text(json.dumps({"step": 3, "files": tree_digests(checkpoint)}))
+    (run / "checkpoints" / "latest").write_text("step-3")
+    (run / "config.yaml").write_text(dump_config(Config.model_validate({"model": {"path": str(tiny_qwen2)}})))
+    done = export_member(run, member="m0", out=tmp_path / "export")
+    assert json.loads((done.adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_qwen2)
+
+    engine.load_adapter("a0", done.adapter, version=2)
+    (gen,) = engine.generate([greedy("a0", PROMPTS[1])])[0]
+    assert gen.token_ids == reference.greedy("a0", PROMPTS[1]) and gen.adapter_version == 2
+
+    ok, why = vllm_available()
+    if not ok:
+        pytest.skip(f"the serving line is parsed with vLLM's parser: {why}")
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser()
+    ServeSubcommand().subparser_init(parser.add_subparsers(dest="subcommand"))
+    words = shlex.split(done.serve)
+    assert words[:2] == ["vllm", "serve"]
+    args = parser.parse_args(words[1:])
+    assert args.model_tag == str(tiny_qwen2) and args.enable_lora and args.max_lora_rank >= done.rank
+    assert [(m.name, m.path) for m in args.lora_modules] == [("m0", str(done.adapter.resolve()))]
