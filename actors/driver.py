@@ -17,6 +17,7 @@ checkpoint are recomputed identically; metrics.jsonl drops their first rows and 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -26,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from configs import Config
-from checkpoints import CheckpointWriteError
+from checkpoints import CheckpointWriteError, checkpoint_step
 from planning.model_files import resolve_model
-from reporting.run_dir import LOG_FORMAT, RunDirectory
+from reporting.run_dir import LOG_FORMAT, RunDirectory, RunDirectoryError, fresh_run_refusal, resolve_run_dir
 
 log = logging.getLogger("populora")
 progress_log = logging.getLogger("populora.progress")  # the lines the terminal shows: into driver.log, not twice on screen
@@ -37,8 +38,10 @@ OUTPUT_MODES = ("quiet", "default", "verbose")
 TERMINAL_LOG_LEVEL = {"quiet": logging.ERROR, "default": logging.WARNING, "verbose": logging.DEBUG}
 
 
-def default_run_dir(config: Config) -> Path:
-    return Path("runs") / f"{config.run.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+def run_directory(config: Config) -> Path:
+    """The absolute run directory of ``config`` (``reporting.run_dir.resolve_run_dir``: run.run_dir, else
+    run.root/<name>-<time>; under ``ray job submit`` never in Ray's copy of the working directory)."""
+    return resolve_run_dir(config.run.run_dir, config.run.name, config.run.root, os.environ, Path.cwd(), datetime.now())
 
 
 def format_step(row: dict[str, Any], total: int) -> str:
@@ -142,10 +145,6 @@ def stop_on_sigterm() -> Any:
     return signal.signal(signal.SIGTERM, raise_terminated)
 
 
-def checkpoint_step(checkpoint: Path) -> int:
-    return int(checkpoint.name.split("-")[1])
-
-
 def _one_line(exc: BaseException) -> str:
     """``Type: first line of the message`` (at most 300 characters)."""
     text = str(exc).strip()
@@ -223,14 +222,23 @@ def train(config: Config, resume: bool = False, output: str = "default", further
 
     A resumed run ends at its planned last step, ``run.steps`` of its saved config, or with ``further_steps`` N
     at N steps past its checkpoint (the saved config then records that new end). One that already reached its
-    last step says so and returns 0.
+    last step says so and returns 0. A fresh run (not ``resume``) into a directory that holds a run is refused
+    (``reporting.run_dir.fresh_run_refusal``, exit 2) before anything is written.
 
     Attaches to the Ray session of this process when one is running (and leaves it running), else
     connects or starts one (``actors.cluster.connect``) and shuts it down at the end. ``output``: one of
     ``OUTPUT_MODES`` (``launch.py --quiet`` / default / ``--verbose``).
     """
     terminal = Terminal(output)
-    run = RunDirectory(config.run.run_dir or default_run_dir(config))
+    try:
+        run = RunDirectory(run_directory(config))
+    except RunDirectoryError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    refused = None if resume else fresh_run_refusal(run.root)
+    if refused:  # nothing written: a fresh run never mixes its files with an earlier run's
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     run.root.mkdir(parents=True, exist_ok=True)
     level = logging.getLogger().level
     handlers = attach_log_handlers(run, output)
@@ -359,7 +367,7 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
                 bar.update(1)
                 if step % config.run.checkpoint_every == 0 or step == last_step:
                     started = time.perf_counter()
-                    run.save_checkpoint(step, lambda d, s=step: system.checkpoint(d, s))
+                    run.save_checkpoint(step, lambda d, s=step: system.checkpoint(d, s), keep=config.run.keep_checkpoints)
                     since = time.perf_counter()
                     run.append_event({"event": "checkpoint", "checkpoint_step": step, "seconds": round(since - started, 4)})
                 run.write_status("running", step, recovery.count)
