@@ -211,12 +211,12 @@ def dry_run(config: Config, cluster: str | None = None, from_run: Path | None = 
         print(f"  {line}")
     if config.model.path.startswith("${"):
         print(f"\nnote: model.path is {config.model.path}: set that variable or override model.path=/path/to/model")
-    print(f"\ndry run: configuration valid; the plan {'fits' if run_plan.resources_fit else 'does NOT fit'} the resources above\n")
     memory = run_plan.memory
-    if memory is None:
-        print(f"memory: not planned: {run_plan.memory_problem}")
-        print(f"time: not planned: {run_plan.time_problem}")
-        return 0
+    if memory is None:  # the model's config.json cannot be read: the run would stop here too
+        print("\nmemory: not planned\ntime: not planned", flush=True)
+        print(f"error: {run_plan.memory_problem}", file=sys.stderr)
+        return 2
+    print(f"\ndry run: configuration valid; the plan {'fits' if run_plan.resources_fit else 'does NOT fit'} the resources above\n")
     print(memory.render())
     print(memory.verdict())
     timed = print_time(run_plan, rows, events, show_all)

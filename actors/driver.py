@@ -276,14 +276,13 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
                      f"{run.describe_status(run.read_status())}")
         for note in notes:
             print(f"[populora] {note}", file=sys.stderr, flush=True)
-    run.create(config.model_copy(update={"run": config.run.model_copy(update={"run_dir": run.root, "steps": last_step})}))
-
-    try:
+    try:  # before the run's files: a model that cannot be used leaves no run behind (a fresh run may retry here)
         model_path = resolve_model(config, progress=not terminal.quiet)
         prompts = StepPrompts.from_config(config, model_path)  # a chat style on a model without a chat template stops here
     except (ValueError, SystemExit) as err:
         print(str(err) if str(err).startswith("error:") else f"error: {err}", file=sys.stderr)
         return 2
+    run.create(config.model_copy(update={"run": config.run.model_copy(update={"run_dir": run.root, "steps": last_step})}))
     terminal.say(f"prompts: style {config.tasks.prompt_style}, at most {prompts.budget} prompt tokens "
                  f"(max_seq_len {config.model.max_seq_len} - max_tokens {config.inference.max_tokens})")
     evaluator = None
