@@ -32,7 +32,7 @@ from planning.placement import ClusterView
 from planning.run_plan import RunPlan, plan_run
 from planning.lengths import Lengths, RunRecordError, lengths_from_run
 from planning.time_plan import measured_phase_seconds
-from reporting.run_dir import RunDirectory, RunDirectoryError, fresh_run_refusal, resolve_run_dir
+from reporting.run_dir import RunDirectory, RunDirectoryError, config_run_dir, fresh_run_refusal, resolve_run_dir
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -99,8 +99,7 @@ def resolve_config(args: argparse.Namespace) -> Config:
     if args.run_dir is not None:
         overrides.append(f"run.run_dir={args.run_dir}")
     config = load_config(args.config, overrides)
-    run_dir = resolve_run_dir(config.run.run_dir, config.run.name, config.run.root, os.environ, Path.cwd(), datetime.now())
-    return config.model_copy(update={"run": config.run.model_copy(update={"run_dir": run_dir})})
+    return config.model_copy(update={"run": config.run.model_copy(update={"run_dir": config_run_dir(config)})})
 
 
 def gpu_memory_bytes() -> int | None:

@@ -17,31 +17,23 @@ checkpoint are recomputed identically; metrics.jsonl drops their first rows and 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from configs import Config
 from checkpoints import CheckpointWriteError, checkpoint_step
 from planning.model_files import resolve_model
-from reporting.run_dir import LOG_FORMAT, RunDirectory, RunDirectoryError, fresh_run_refusal, resolve_run_dir
+from reporting.run_dir import LOG_FORMAT, RunDirectory, RunDirectoryError, config_run_dir, fresh_run_refusal
 
 log = logging.getLogger("populora")
 progress_log = logging.getLogger("populora.progress")  # the lines the terminal shows: into driver.log, not twice on screen
 
 OUTPUT_MODES = ("quiet", "default", "verbose")
 TERMINAL_LOG_LEVEL = {"quiet": logging.ERROR, "default": logging.WARNING, "verbose": logging.DEBUG}
-
-
-def run_directory(config: Config) -> Path:
-    """The absolute run directory of ``config`` (``reporting.run_dir.resolve_run_dir``: run.run_dir, else
-    run.root/<name>-<time>; under ``ray job submit`` never in Ray's copy of the working directory)."""
-    return resolve_run_dir(config.run.run_dir, config.run.name, config.run.root, os.environ, Path.cwd(), datetime.now())
 
 
 def format_step(row: dict[str, Any], total: int) -> str:
@@ -231,7 +223,7 @@ def train(config: Config, resume: bool = False, output: str = "default", further
     """
     terminal = Terminal(output)
     try:
-        run = RunDirectory(run_directory(config))
+        run = RunDirectory(config_run_dir(config))
     except RunDirectoryError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

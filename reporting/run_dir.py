@@ -111,6 +111,12 @@ def resolve_run_dir(run_dir: Path | None, name: str, root: Path | None, env: Map
     return Path(os.path.normpath((run_root(root, job, cwd, env) if job else Path(cwd)) / path))
 
 
+def config_run_dir(config: Config) -> Path:
+    """``resolve_run_dir`` of ``config``'s run.run_dir, run.name and run.root in this process (its environment,
+    current directory and clock): what ``launch.py`` and ``actors.driver.train`` use."""
+    return resolve_run_dir(config.run.run_dir, config.run.name, config.run.root, os.environ, Path.cwd(), datetime.now())
+
+
 def run_markers(directory: Path) -> list[str]:
     """Which of ``RUN_MARKERS`` ``directory`` holds (empty: it holds no run, or does not exist)."""
     return [name for name in RUN_MARKERS if (Path(directory) / name).exists()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -145,6 +146,10 @@ def test_ray_job_submit_runs_a_short_job_with_token_auth(tiny_model, tmp_path):
     # stopped alone at the end by its --temp-dir (never `ray stop`, which stops every Ray process on the machine)
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
+    if not (env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH") or (Path.home() / ".ray" / "auth_token").is_file()):
+        token = tmp_path / "auth_token"  # a machine where no local cluster has generated one yet (this test alone)
+        token.write_text(secrets.token_hex(32))
+        env["RAY_AUTH_TOKEN_PATH"] = str(token)
     start, (_, dash, _) = start_head(  # the agent's default port may be another cluster's on this machine
         lambda ports: [ray_cmd, "start", "--head", f"--port={ports[0]}", f"--dashboard-port={ports[1]}",
                        "--dashboard-host=127.0.0.1", f"--dashboard-agent-listen-port={ports[2]}", "--num-cpus=2",
