@@ -34,8 +34,10 @@ class Section(BaseModel):
 class ModelConfig(Section):
     path: str = Field(
         TINY_MODEL,
-        description="Local Hugging Face model directory, or 'tiny' for the built-in tiny code model "
-        "that the project bootstraps and caches itself. '${VAR}' is read from the environment.",
+        description="Local Hugging Face model directory; a Hugging Face id such as Qwen/Qwen2.5-7B, read from the local "
+        "Hugging Face cache only (HF_HUB_CACHE / HF_HOME; never downloaded: `hf download ID` first; a local directory "
+        "of the same name wins); or 'tiny' for the built-in tiny code model that the project bootstraps and caches "
+        "itself. '${VAR}' is read from the environment.",
         min_length=1,
     )
     tiny_variant: Literal["default", "test", "stronger", "larger"] = Field(
