@@ -150,6 +150,7 @@ def write_atomic(path: Path, text: str) -> None:
         os.fsync(handle.fileno())
     os.replace(tmp, path)
 
+
 def checkpoint_step(checkpoint: Path | str) -> int | None:
     """N of a checkpoint directory named ``step-N``; None for any other name (``.tmp-step-N``, ``latest``, a stray
     file)."""
