@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 from configs import Config, ConfigError, dump_config, load_config
@@ -31,7 +32,7 @@ from planning.placement import ClusterView
 from planning.run_plan import RunPlan, plan_run
 from planning.lengths import Lengths, RunRecordError, lengths_from_run
 from planning.time_plan import measured_phase_seconds
-from reporting.run_dir import RunDirectory
+from reporting.run_dir import RunDirectory, RunDirectoryError, config_run_dir, fresh_run_refusal, resolve_run_dir
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,7 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                "Dashboard: a local run prints its address; log in with the token `ray get-auth-token` prints.",
     )
     parser.add_argument("--config", type=Path, help="YAML preset (default: configs/tiny.yaml)")
-    parser.add_argument("--run-dir", type=Path, help="output directory (default: runs/<name>-<timestamp>)")
+    parser.add_argument("--run-dir", type=Path, help="output directory of a new run (default: run.root/<name>-<timestamp>; "
+                                                     "run.root: runs/ here, ~/populora-runs under `ray job submit`); "
+                                                     "a directory that holds a run is refused")
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the run in DIR from its latest checkpoint")
     parser.add_argument("--steps", type=int, help="steps to run (with --resume: further steps; without, --resume runs to "
                                                   "the run's planned last step)")
@@ -68,8 +71,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def root_override(overrides: list[str]) -> Path | None:
+    """The ``run.root=...`` among ``overrides`` (the last one), else None."""
+    from configs.loading import parse_override
+
+    roots = [value for key, value in map(parse_override, overrides) if key == ["run", "root"]]
+    return Path(str(roots[-1])) if roots and roots[-1] is not None else None
+
+
 def resolve_config(args: argparse.Namespace) -> Config:
-    """The validated config of this invocation (a resumed run starts from its saved config)."""
+    """The validated config of this invocation (a resumed run starts from its saved config), its run directory
+    resolved (``reporting.run_dir.resolve_run_dir``: absolute; under ``ray job submit`` under run.root, never in
+    Ray's copy of the working directory). Raises ``ConfigError`` or ``RunDirectoryError``."""
     overrides = list(args.overrides)
     if args.steps is not None and args.resume is None:  # with --resume, --steps counts further steps (actors.driver.train)
         overrides.append(f"run.steps={args.steps}")
@@ -78,13 +91,15 @@ def resolve_config(args: argparse.Namespace) -> Config:
     if args.resume is not None:
         if args.config is not None:
             raise ConfigError("--resume continues a run with its saved config; drop --config (overrides still apply)")
-        saved = args.resume / "config.yaml"
+        resume = resolve_run_dir(args.resume, "", root_override(overrides), os.environ, Path.cwd(), datetime.now())
+        saved = resume / "config.yaml"
         if not saved.is_file():
             raise ConfigError(f"--resume {args.resume}: no config.yaml there (is it a run directory?)")
-        return load_config(saved, overrides + [f"run.run_dir={args.resume}"])
+        return load_config(saved, overrides + [f"run.run_dir={resume}"])
     if args.run_dir is not None:
         overrides.append(f"run.run_dir={args.run_dir}")
-    return load_config(args.config, overrides)
+    config = load_config(args.config, overrides)
+    return config.model_copy(update={"run": config.run.model_copy(update={"run_dir": config_run_dir(config)})})
 
 
 def gpu_memory_bytes() -> int | None:
@@ -195,12 +210,12 @@ def dry_run(config: Config, cluster: str | None = None, from_run: Path | None = 
         print(f"  {line}")
     if config.model.path.startswith("${"):
         print(f"\nnote: model.path is {config.model.path}: set that variable or override model.path=/path/to/model")
-    print(f"\ndry run: configuration valid; the plan {'fits' if run_plan.resources_fit else 'does NOT fit'} the resources above\n")
     memory = run_plan.memory
-    if memory is None:
-        print(f"memory: not planned: {run_plan.memory_problem}")
-        print(f"time: not planned: {run_plan.time_problem}")
-        return 0
+    if memory is None:  # the model's config.json cannot be read: the run would stop here too
+        print("\nmemory: not planned\ntime: not planned", flush=True)
+        print(f"error: {run_plan.memory_problem}", file=sys.stderr)
+        return 2
+    print(f"\ndry run: configuration valid; the plan {'fits' if run_plan.resources_fit else 'does NOT fit'} the resources above\n")
     print(memory.render())
     print(memory.verdict())
     timed = print_time(run_plan, rows, events, show_all)
@@ -234,8 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         config = resolve_config(args)
-    except ConfigError as exc:
+    except (ConfigError, RunDirectoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    refused = None if args.resume is not None else fresh_run_refusal(config.run.run_dir)
+    if refused:  # before anything starts or is written
+        print(f"error: {refused}", file=sys.stderr)
         return 2
     from actors.cluster import ClusterConnectError
 
@@ -253,6 +272,8 @@ def run_or_plan(args: argparse.Namespace, config: Config) -> int:
     if args.cluster or args.from_run or args.all_candidates:
         print("error: --cluster, --from-run and --all plan without running; add --dry-run", file=sys.stderr)
         return 2
+    if not args.quiet:
+        print(f"run directory: {config.run.run_dir}", flush=True)
     run_plan = plan(config)
     memory = run_plan.memory
     if memory is None:

@@ -21,24 +21,19 @@ import signal
 import sys
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from configs import Config
-from checkpoints import CheckpointWriteError
+from checkpoints import CheckpointWriteError, checkpoint_step
 from planning.model_files import resolve_model
-from reporting.run_dir import LOG_FORMAT, RunDirectory
+from reporting.run_dir import LOG_FORMAT, RunDirectory, RunDirectoryError, config_run_dir, fresh_run_refusal
 
 log = logging.getLogger("populora")
 progress_log = logging.getLogger("populora.progress")  # the lines the terminal shows: into driver.log, not twice on screen
 
 OUTPUT_MODES = ("quiet", "default", "verbose")
 TERMINAL_LOG_LEVEL = {"quiet": logging.ERROR, "default": logging.WARNING, "verbose": logging.DEBUG}
-
-
-def default_run_dir(config: Config) -> Path:
-    return Path("runs") / f"{config.run.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
 def format_step(row: dict[str, Any], total: int) -> str:
@@ -145,10 +140,6 @@ def stop_on_sigterm() -> Any:
     return signal.signal(signal.SIGTERM, raise_terminated)
 
 
-def checkpoint_step(checkpoint: Path) -> int:
-    return int(checkpoint.name.split("-")[1])
-
-
 def _one_line(exc: BaseException) -> str:
     """``Type: first line of the message`` (at most 300 characters)."""
     text = str(exc).strip()
@@ -226,14 +217,23 @@ def train(config: Config, resume: bool = False, output: str = "default", further
 
     A resumed run ends at its planned last step, ``run.steps`` of its saved config, or with ``further_steps`` N
     at N steps past its checkpoint (the saved config then records that new end). One that already reached its
-    last step says so and returns 0.
+    last step says so and returns 0. A fresh run (not ``resume``) into a directory that holds a run is refused
+    (``reporting.run_dir.fresh_run_refusal``, exit 2) before anything is written.
 
     Attaches to the Ray session of this process when one is running (and leaves it running), else
     connects or starts one (``actors.cluster.connect``) and shuts it down at the end. ``output``: one of
     ``OUTPUT_MODES`` (``launch.py --quiet`` / default / ``--verbose``).
     """
     terminal = Terminal(output)
-    run = RunDirectory(config.run.run_dir or default_run_dir(config))
+    try:
+        run = RunDirectory(config_run_dir(config))
+    except RunDirectoryError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    refused = None if resume else fresh_run_refusal(run.root)
+    if refused:  # nothing written: a fresh run never mixes its files with an earlier run's
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     run.root.mkdir(parents=True, exist_ok=True)
     level = logging.getLogger().level
     handlers = attach_log_handlers(run, output)
@@ -271,14 +271,13 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
                      f"{run.describe_status(run.read_status())}")
         for note in notes:
             print(f"[populora] {note}", file=sys.stderr, flush=True)
-    run.create(config.model_copy(update={"run": config.run.model_copy(update={"run_dir": run.root, "steps": last_step})}))
-
-    try:
+    try:  # before the run's files: a model that cannot be used leaves no run behind (a fresh run may retry here)
         model_path = resolve_model(config, progress=not terminal.quiet)
         prompts = StepPrompts.from_config(config, model_path)  # a chat style on a model without a chat template stops here
     except (ValueError, SystemExit) as err:
         print(str(err) if str(err).startswith("error:") else f"error: {err}", file=sys.stderr)
         return 2
+    run.create(config.model_copy(update={"run": config.run.model_copy(update={"run_dir": run.root, "steps": last_step})}))
     terminal.say(f"prompts: style {config.tasks.prompt_style}, at most {prompts.budget} prompt tokens "
                  f"(max_seq_len {config.model.max_seq_len} - max_tokens {config.inference.max_tokens})")
     evaluator = None
@@ -362,7 +361,7 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
                 bar.update(1)
                 if step % config.run.checkpoint_every == 0 or step == last_step:
                     started = time.perf_counter()
-                    run.save_checkpoint(step, lambda d, s=step: system.checkpoint(d, s))
+                    run.save_checkpoint(step, lambda d, s=step: system.checkpoint(d, s), keep=config.run.keep_checkpoints)
                     since = time.perf_counter()
                     run.append_event({"event": "checkpoint", "checkpoint_step": step, "seconds": round(since - started, 4)})
                 run.write_status("running", step, recovery.count)

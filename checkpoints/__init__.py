@@ -9,8 +9,10 @@ A checkpoint directory appears under its final name only after every file in it 
 synced, and ``latest`` moves only after that, so the latest checkpoint is always complete even if
 the run is killed mid-write. Each checkpoint ends with ``manifest.json`` (written last): the size
 and SHA-256 of every other file. ``find_checkpoint`` checks it and falls back to the checkpoint
-before a damaged one (a file truncated or changed after the fact), saying why; the two newest
-checkpoints are kept. The disk filling up while a checkpoint is written raises
+before a damaged one (a file truncated or changed after the fact), saying why. Retention
+(``checkpoints_to_delete``) keeps the newest ``run.keep_checkpoints`` (default 2) of the run's checkpoints at or
+before the one ``latest`` names, never that one, and leaves any after it (a damaged one a resume skipped, which the
+run writes again when it gets there). The disk filling up while a checkpoint is written raises
 ``CheckpointWriteError`` with the previous checkpoint kept and the partial one removed.
 
 The driver is not the only writer of a checkpoint: each learner writes its own files
@@ -148,15 +150,35 @@ def write_atomic(path: Path, text: str) -> None:
         os.fsync(handle.fileno())
     os.replace(tmp, path)
 
+
+def checkpoint_step(checkpoint: Path | str) -> int | None:
+    """N of a checkpoint directory named ``step-N``; None for any other name (``.tmp-step-N``, ``latest``, a stray
+    file)."""
+    prefix, _, number = Path(checkpoint).name.partition("-")
+    return int(number) if prefix == "step" and number.isdigit() else None
+
+
+def checkpoints_to_delete(steps: list[int], latest: int, keep: int) -> list[int]:
+    """The checkpoint steps retention removes once ``step-<latest>`` is the latest: of the run's checkpoints at or
+    before ``latest`` all but the newest ``keep`` (``latest`` itself never: it is the newest of them); steps after
+    ``latest`` are left alone (they are not part of the run ``latest`` continues: a damaged checkpoint a resume
+    skipped, written again when the run gets there). Pure: the caller deletes."""
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (run.keep_checkpoints), got {keep}")
+    candidates = sorted({s for s in steps if s <= latest} | {latest})
+    return [s for s in candidates[:-keep] if s != latest]
+
+
 class CheckpointStore:
-    """``ROOT/checkpoints/``: atomic ``step-N`` directories, the ``latest`` pointer, the newest two kept."""
+    """``ROOT/checkpoints/``: atomic ``step-N`` directories, the ``latest`` pointer, the newest ``keep`` kept."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
         self.checkpoints = self.root / "checkpoints"
 
-    def save_checkpoint(self, step: int, write: Callable[[Path], dict[str, dict[str, Any]] | None]) -> Path:
-        """Call ``write(tmp_dir)`` to fill a checkpoint, then publish it as ``step-<step>`` atomically.
+    def save_checkpoint(self, step: int, write: Callable[[Path], dict[str, dict[str, Any]] | None], keep: int = 2) -> Path:
+        """Call ``write(tmp_dir)`` to fill a checkpoint, then publish it as ``step-<step>`` atomically, and keep the
+        newest ``keep`` checkpoints of the run (``checkpoints_to_delete``; ``run.keep_checkpoints``).
 
         ``write`` returns the manifest entries of what it wrote (``tree_digests``; writers on other nodes hash
         their own files); anything else has every file hashed here. ``manifest.json`` is written last. When the
@@ -189,12 +211,14 @@ class CheckpointStore:
             shutil.rmtree(final)
         os.replace(tmp, final)
         write_atomic(self.checkpoints / "latest", final.name)
-        for old in self._step_dirs()[:-2]:  # keep the newest two
-            shutil.rmtree(old, ignore_errors=True)
+        for old in checkpoints_to_delete([checkpoint_step(p) for p in self._step_dirs()], step, keep):
+            shutil.rmtree(self.checkpoints / f"step-{old}", ignore_errors=True)
         return final
 
     def _step_dirs(self) -> list[Path]:
-        return sorted(self.checkpoints.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+        """The ``step-N`` checkpoint directories, by N."""
+        return sorted((p for p in self.checkpoints.glob("step-*") if p.is_dir() and checkpoint_step(p) is not None),
+                      key=checkpoint_step)
 
     def latest_checkpoint_name(self) -> str | None:
         pointer = self.checkpoints / "latest"
@@ -206,9 +230,11 @@ class CheckpointStore:
         name = self.latest_checkpoint_name()
         if name is None:
             return None, []
-        newest = int(name.split("-")[1])
+        newest = checkpoint_step(name)
+        if newest is None:
+            return None, [f"checkpoints/latest names {name!r}, not a step-N checkpoint"]
         notes = []
-        for path in reversed([p for p in self._step_dirs() if int(p.name.split("-")[1]) <= newest]):
+        for path in reversed([p for p in self._step_dirs() if checkpoint_step(p) <= newest]):
             problem = checkpoint_problem(path)
             if problem is None:
                 return path, notes

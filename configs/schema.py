@@ -34,8 +34,10 @@ class Section(BaseModel):
 class ModelConfig(Section):
     path: str = Field(
         TINY_MODEL,
-        description="Local Hugging Face model directory, or 'tiny' for the built-in tiny code model "
-        "that the project bootstraps and caches itself. '${VAR}' is read from the environment.",
+        description="Local Hugging Face model directory; a Hugging Face id such as Qwen/Qwen2.5-7B, read from the local "
+        "Hugging Face cache only (HF_HUB_CACHE / HF_HOME; never downloaded: `hf download ID` first; a local directory "
+        "of the same name wins); or 'tiny' for the built-in tiny code model that the project bootstraps and caches "
+        "itself. '${VAR}' is read from the environment.",
         min_length=1,
     )
     tiny_variant: Literal["default", "test", "stronger", "larger"] = Field(
@@ -397,7 +399,25 @@ class RunConfig(Section):
     steps: int = Field(20, ge=1, le=10_000_000, description="Training steps.")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of every random choice of the run.")
     checkpoint_every: int = Field(5, ge=1, le=1_000_000, description="Write a checkpoint every N steps (and at the end).")
-    run_dir: Path | None = Field(None, description="Output directory; default runs/<timestamp>.")
+    keep_checkpoints: int = Field(
+        2, ge=1, le=1_000_000,
+        description="Checkpoints of the run kept on disk, the newest by step (the one checkpoints/latest names is "
+        "never deleted).",
+    )
+    run_dir: Path | None = Field(
+        None,
+        description="Output directory (--run-dir). Default: run.root/<name>-<timestamp>. A relative one is relative to "
+        "the current directory, except under `ray job submit`, where it goes under run.root. A directory that holds a "
+        "run (config.yaml, metrics.jsonl or checkpoints/) takes only --resume.",
+    )
+    root: Path | None = Field(
+        None,
+        description="Where run directories go: the default run directory is run.root/<name>-<timestamp>, and under "
+        "`ray job submit` a relative run.run_dir resolves under it (the job's current directory is Ray's temporary "
+        "copy of --working-dir). Default: runs/ in the current directory; under `ray job submit`, ~/populora-runs on "
+        "the node the driver runs on (the head). On several nodes it must be on a file system every node mounts at the "
+        "same path (checked before any actor starts).",
+    )
     name: str = Field("populora", min_length=1, max_length=128, description="Run name in logs and the dashboard.")
     dashboard: bool = Field(
         True,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from configs import Config, load_config
+from planning.model_files import ModelPathError, model_directory
 
 
 class RunDirError(ValueError):
@@ -62,12 +63,16 @@ def run_config(run_dir: Path) -> Config:
 
 
 def model_path(config: Config) -> Path:
-    """The base model directory of a run (the built-in tiny model is built and cached if needed)."""
+    """The base model directory of a run (the built-in tiny model is built and cached if needed; a Hub id is its
+    snapshot in the local cache)."""
     if config.model.path == "tiny":
         from tinycoder import ensure_model
 
         return Path(ensure_model(variant=config.model.tiny_variant, seed=0, progress=False)).resolve()
-    path = Path(config.model.path).expanduser()
+    try:
+        path = model_directory(config.model.path)
+    except ModelPathError as err:
+        raise RunDirError(str(err)) from None
     if not (path / "config.json").is_file():
         raise RunDirError(f"model.path={config.model.path!r} is not a local model directory with a config.json")
     return path.resolve()

@@ -133,6 +133,7 @@ from pathlib import Path
 from typing import Any
 
 from planning.lengths import Lengths, lengths_from_config, sequence_tokens
+from planning.model_files import ModelPathError, model_directory
 from planning.placement import PlacementPlan, planned_engine
 from configs.schema import Config
 
@@ -247,7 +248,8 @@ def lora_params(dims: ModelDims, rank: int, targets: tuple[str, ...] | list[str]
 
 
 def load_model_dims(config: Config) -> ModelDims:
-    """The widths of ``model.path``: its ``config.json`` (no weights read), or the tiny model's build settings."""
+    """The widths of ``model.path``: its ``config.json`` (no weights read; a Hub id's from the local cache,
+    ``planning.model_files.model_directory``), or the tiny model's build settings."""
     if config.model.path == "tiny":
         from tinycoder.settings import variant_settings
 
@@ -255,7 +257,10 @@ def load_model_dims(config: Config) -> ModelDims:
         shape = settings.model
         return ModelDims(shape.hidden, shape.intermediate, shape.layers, shape.hidden // 64, shape.kv_heads,
                          settings.vocab_size, tied_embeddings=True)
-    path = Path(config.model.path) / "config.json"
+    try:
+        path = model_directory(config.model.path) / "config.json"
+    except ModelPathError as err:
+        raise PlanInputError(str(err)) from None
     if not path.is_file():
         raise PlanInputError(f"no config.json in model.path={config.model.path}: the memory plan needs the model's widths")
     return ModelDims.from_config_json(json.loads(path.read_text()))

@@ -19,6 +19,10 @@ Layout::
 The checkpoints (their atomic writes, manifests, tokens and checks) are ``checkpoints``'s; a
 ``RunDirectory`` is a ``checkpoints.CheckpointStore`` plus the run's records.
 
+Where a run directory is (``resolve_run_dir``) and whether a fresh run may use it (``fresh_run_refusal``: a
+directory that holds a run takes only ``--resume``) are decided here, before anything starts: plain functions of
+the path, the environment and the current directory.
+
 ``metrics.jsonl`` holds one row per step and, between them, event records (``{"event": "recovery",
 ...}``) that are not steps: ``read_metrics`` returns the steps, ``read_events`` the events.
 """
@@ -31,8 +35,9 @@ import os
 import socket
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from checkpoints import CheckpointStore, write_atomic
 from configs import Config, dump_config
@@ -42,6 +47,98 @@ LOG_DIR_ENV = "POPULORA_LOG_DIR"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SIDE_FILES = {"examples": "samples.jsonl", "proposals": "proposals.jsonl"}
 """Lists of records a step row carries that go to a file of their own (row key -> file name)."""
+RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
+"""What makes a directory hold a run: any of these in it."""
+LOCAL_RUN_ROOT = Path("runs")
+"""``run.root``'s default for ``launch.py`` run directly: runs/ in the current directory."""
+JOB_RUN_ROOT = Path("~/populora-runs")
+"""``run.root``'s default under ``ray job submit``, expanded on the node the driver runs on (the head)."""
+RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+"""Set by Ray's job manager in the environment of a ``ray job submit`` entrypoint (the job's runtime env)."""
+RAY_WORKING_DIR_FILES = ("runtime_resources", "working_dir_files")
+"""Path parts of Ray's unpacked copies of a job's ``--working-dir`` (under Ray's temporary directory)."""
+
+
+class RunDirectoryError(ValueError):
+    """A run directory that cannot be used as asked; the message says why and what to do."""
+
+
+def in_ray_job(env: Mapping[str, str], cwd: Path) -> bool:
+    """Whether this process is the entrypoint of a ``ray job submit``: Ray's job manager sets ``RAY_JOB_ENV`` for it,
+    and with ``--working-dir`` it runs inside Ray's unpacked copy (``.../runtime_resources/working_dir_files/...``),
+    where nothing written is meant to last."""
+    parts = Path(cwd).parts
+    copied = any(parts[i:i + 2] == RAY_WORKING_DIR_FILES for i in range(len(parts) - 1))
+    return bool(env.get(RAY_JOB_ENV)) or copied
+
+
+def expand_home(path: Path, env: Mapping[str, str]) -> Path:
+    """``path`` with a leading ``~`` replaced by ``env["HOME"]`` (else the user's home)."""
+    text = str(path)
+    if text != "~" and not text.startswith("~/"):
+        return Path(path)
+    home = env.get("HOME") or str(Path.home())
+    return Path(home + text[1:])
+
+
+def run_root(root: Path | None, job: bool, cwd: Path, env: Mapping[str, str]) -> Path:
+    """The absolute directory run directories go under (``run.root``): as configured (a relative one against
+    ``cwd``), else ``LOCAL_RUN_ROOT`` in ``cwd``, or ``JOB_RUN_ROOT`` when ``job`` (a ``ray job submit``
+    entrypoint, whose ``cwd`` is Ray's temporary copy: a relative ``run.root`` is refused there)."""
+    if root is None:
+        return expand_home(JOB_RUN_ROOT, env) if job else Path(cwd) / LOCAL_RUN_ROOT
+    root = expand_home(Path(root), env)
+    if root.is_absolute():
+        return root
+    if job:
+        raise RunDirectoryError(
+            f"run.root={root} is relative, and under `ray job submit` the current directory is Ray's temporary copy of "
+            "--working-dir (deleted with Ray's cache): give an absolute run.root (on several nodes, one every node mounts)")
+    return Path(os.path.normpath(Path(cwd) / root))
+
+
+def resolve_run_dir(run_dir: Path | None, name: str, root: Path | None, env: Mapping[str, str], cwd: Path,
+                    now: datetime) -> Path:
+    """The absolute run directory of ``run.run_dir`` (``--run-dir``/``--resume``): an absolute one as given; a
+    relative one against ``cwd``, or under a ``ray job submit`` (``in_ray_job``) against ``run_root``; none:
+    ``run_root/<name>-<YYYYmmdd-HHMMSS of now>``."""
+    job = in_ray_job(env, cwd)
+    if run_dir is None:
+        return run_root(root, job, cwd, env) / f"{name}-{now.strftime('%Y%m%d-%H%M%S')}"
+    path = expand_home(Path(run_dir), env)
+    if path.is_absolute():
+        return path
+    return Path(os.path.normpath((run_root(root, job, cwd, env) if job else Path(cwd)) / path))
+
+
+def config_run_dir(config: Config) -> Path:
+    """``resolve_run_dir`` of ``config``'s run.run_dir, run.name and run.root in this process (its environment,
+    current directory and clock): what ``launch.py`` and ``actors.driver.train`` use."""
+    return resolve_run_dir(config.run.run_dir, config.run.name, config.run.root, os.environ, Path.cwd(), datetime.now())
+
+
+def run_markers(directory: Path) -> list[str]:
+    """Which of ``RUN_MARKERS`` ``directory`` holds (empty: it holds no run, or does not exist)."""
+    return [name for name in RUN_MARKERS if (Path(directory) / name).exists()]
+
+
+def fresh_run_refusal(directory: Path) -> str | None:
+    """Why a fresh run (no ``--resume``) may not start in ``directory``, or None where it may: a directory that holds
+    a run (``run_markers``) would have its metrics appended to and its checkpoints mixed with the new run's. The
+    message names ``--resume`` and another ``--run-dir``, and for a run stopped before its first checkpoint that it
+    cannot be resumed and how to start over."""
+    found = run_markers(directory)
+    if not found:
+        return None
+    held = ", ".join(f"{name}/" if name == "checkpoints" else name for name in found)
+    latest = CheckpointStore(Path(directory)).latest_checkpoint_name()
+    if latest is not None and (Path(directory) / "checkpoints" / latest).is_dir():
+        return (f"{directory} already holds a run ({held}; latest checkpoint {latest}); a new run there would mix its "
+                f"metrics and checkpoints with that run's. Continue that run with: python launch.py --resume {directory}"
+                f" - or start the new run in another directory: --run-dir OTHER_DIR")
+    return (f"{directory} holds a run that stopped before its first checkpoint ({held}; no checkpoint), so it cannot "
+            f"be resumed (--resume {directory} needs one). To start over there, remove it first (rm -r {directory}); "
+            f"or start the new run in another directory: --run-dir OTHER_DIR")
 
 
 def route_output(name: str) -> Path | None:

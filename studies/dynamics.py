@@ -168,7 +168,7 @@ def checkpoint_period(steps: int) -> int:
 
 def latest_checkpoint_step(run_dir: Path) -> int:
     """The step of the run's latest complete checkpoint (0 without one)."""
-    from actors.driver import checkpoint_step
+    from checkpoints import checkpoint_step
 
     checkpoint, _ = RunDirectory(run_dir).find_checkpoint()
     return checkpoint_step(checkpoint) if checkpoint is not None else 0

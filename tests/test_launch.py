@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hub_cache import add_to_cache, cache_env, tiny_model_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -19,12 +21,54 @@ def launch(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 def test_dry_run_paper_preset_prints_gpu_placement_and_verifier_pool():
     out = launch("--dry-run", "--config", "configs/qwen2.5-7b-4t4s.yaml", env={"POPULORA_MODEL": "/models/q"})
-    assert out.returncode == 0, out.stderr
+    # the placement is printed, then the model's config.json cannot be read: exit 2 with one error line
+    assert out.returncode == 2, out.stderr
     assert "# placement plan" in out.stdout
     for gpu in range(8):
         assert f"GPU {gpu} " in out.stdout or f"GPU {gpu}\n" in out.stdout
     assert "verifier-0..31 (x32)" in out.stdout
     assert "path: /models/q" in out.stdout
+    assert "configuration valid" not in out.stdout and "memory: not planned" in out.stdout
+    assert out.stderr.strip().splitlines() == ["error: no config.json in model.path=/models/q: the memory plan needs the "
+                                               "model's widths"], out.stderr
+
+
+def test_a_hub_id_resolves_to_its_snapshot_in_the_local_cache_and_plans(tmp_path):
+    cache = tmp_path / "hub"
+    snapshot = add_to_cache(cache, "populora-test/tiny-coder", tiny_model_dir())
+    out = launch("--dry-run", "model.path=populora-test/tiny-coder", env=cache_env(cache))
+    assert out.returncode == 0, out.stderr
+    assert "path: populora-test/tiny-coder" in out.stdout  # the run records the id, not the cache's path
+    assert "dry run: configuration valid" in out.stdout and "time: step" in out.stdout  # planned from its config.json
+    # the driver's own resolution (what the actors load and the shared-path check sees) is the snapshot directory
+    resolved = subprocess.run(
+        [sys.executable, "-c", "from configs import load_config; from planning.model_files import resolve_model; "
+         "print(resolve_model(load_config(None, ['model.path=populora-test/tiny-coder']), progress=False))"],
+        cwd=ROOT, env={**os.environ, **cache_env(cache)}, capture_output=True, text=True, timeout=120)
+    assert resolved.returncode == 0, resolved.stderr
+    assert Path(resolved.stdout.strip()) == snapshot and (snapshot / "config.json").is_symlink()
+
+
+def test_a_hub_id_missing_from_the_cache_stops_the_dry_run_and_the_run_naming_the_download(tmp_path):
+    cache = tmp_path / "hub"
+    add_to_cache(cache, "populora-test/other", tiny_model_dir())  # a cache that holds another model
+    expected = ("error: model.path=Qwen/Qwen2.5-7B is neither a local directory nor a model in the local Hugging Face "
+                f"cache ({cache}); models are never downloaded at run time: download it first with "
+                "`hf download Qwen/Qwen2.5-7B`")
+    dry = launch("--dry-run", "--config", "configs/qwen2.5-7b-4t4s.yaml", "model.path=Qwen/Qwen2.5-7B",
+                 env=cache_env(cache))
+    assert dry.returncode == 2 and "# placement plan" in dry.stdout and "configuration valid" not in dry.stdout
+    assert len(dry.stderr.strip().splitlines()) == 1 and dry.stderr.startswith(expected), dry.stderr
+    run_dir = tmp_path / "run"
+    run = launch("--run-dir", str(run_dir), "model.path=Qwen/Qwen2.5-7B", env=cache_env(cache))
+    assert run.returncode == 2 and run.stderr.startswith(expected), run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "connecting" not in run.stdout  # before any cluster or actor
+    assert not run_dir.exists()
+    # a partial copy in the cache (config.json only) plans, but the run names what is missing and how to complete it
+    add_to_cache(cache, "populora-test/partial", tiny_model_dir(), files=["config.json"])
+    partial = launch("--run-dir", str(run_dir), "model.path=populora-test/partial", env=cache_env(cache))
+    assert partial.returncode == 2 and "`hf download populora-test/partial`" in partial.stderr, partial.stderr
+    assert not (run_dir / "config.yaml").exists()  # no run left behind: the same --run-dir takes the next try
 
 
 def test_dry_run_default_is_tiny_and_valid():

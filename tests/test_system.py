@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -145,19 +146,25 @@ def test_ray_job_submit_runs_a_short_job_with_token_auth(tiny_model, tmp_path):
     # stopped alone at the end by its --temp-dir (never `ray stop`, which stops every Ray process on the machine)
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
+    if not (env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH") or (Path.home() / ".ray" / "auth_token").is_file()):
+        token = tmp_path / "auth_token"  # a machine where no local cluster has generated one yet (this test alone)
+        token.write_text(secrets.token_hex(32))
+        env["RAY_AUTH_TOKEN_PATH"] = str(token)
     start, (_, dash, _) = start_head(  # the agent's default port may be another cluster's on this machine
         lambda ports: [ray_cmd, "start", "--head", f"--port={ports[0]}", f"--dashboard-port={ports[1]}",
                        "--dashboard-host=127.0.0.1", f"--dashboard-agent-listen-port={ports[2]}", "--num-cpus=2",
                        f"--temp-dir={temp}"],
         ports=3, tmpdir=str(temp), env=env, timeout=120)
     assert start.returncode == 0, start.stderr
+    root = tmp_path / "runs-root"  # run.root: a relative --run-dir of a job goes under it, not into Ray's copy
+    run_dir = root / "job-run"
     try:
-        run_dir = tmp_path / "job-run"
         for _ in range(12):  # the head's dashboard agent takes a while to register on a busy machine
             job = subprocess.run(
                 [ray_cmd, "job", "submit", "--address", f"http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
                  "--runtime-env-json", json.dumps({"env_vars": {"XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))}}),
-                 "--", "python", "launch.py", "--run-dir", str(run_dir), "--steps", "1", *SHORT, "evolution.enabled=false"],
+                 "--", "python", "launch.py", "--run-dir", "job-run", "--steps", "1", *SHORT, "evolution.enabled=false",
+                 f"run.root={root}"],
                 env=env, capture_output=True, text=True, timeout=600,
             )
             if "No available agent to submit job" not in job.stdout + job.stderr:
@@ -166,7 +173,12 @@ def test_ray_job_submit_runs_a_short_job_with_token_auth(tiny_model, tmp_path):
         assert job.returncode == 0, (job.stdout[-3000:], job.stderr[-3000:])
         assert "succeeded" in job.stdout.lower()
         assert "connecting: Ray cluster at" in job.stdout
-        assert [r["step"] for r in metrics(run_dir)] == [1]
+        # the job's first line names the resolved run directory; nothing of the run is in Ray's temporary directory
+        assert f"\nrun directory: {run_dir}\n" in job.stdout, job.stdout[-3000:]
+        assert not [p for p in temp.rglob("job-run")], "the run landed in Ray's copy of the working directory"
     finally:
         stop_processes_under(str(temp))
         shutil.rmtree(temp, ignore_errors=True)
+    assert not run_dir.resolve().is_relative_to(temp.resolve())
+    assert [r["step"] for r in metrics(run_dir)] == [1]  # still there after the head and its temp dir are gone
+    assert (run_dir / "checkpoints" / "step-1" / "manifest.json").is_file()

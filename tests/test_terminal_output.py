@@ -153,6 +153,7 @@ def test_default_run_then_quiet_resume(short_run, short_run_resumed):
     first, run_dir = short_run, short_run.run_dir  # launch.py --steps 2, default output (conftest)
     assert first.returncode == 0, first.stderr[-3000:]
     out = first.stdout
+    assert out.splitlines()[0] == f"run directory: {run_dir}"  # the first line names where the run goes
     assert "[populora] dashboard: http://127.0.0.1:" in out or "[populora] dashboard: not running" in out
     if "[populora] dashboard: http" in out:
         assert "[populora] dashboard login:" in out
