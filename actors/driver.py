@@ -8,7 +8,9 @@ tqdm bar; a summary at the end, after which nothing prints. The actors' output g
 directory (adapters, optimizer states, league and lineage, buffers, RNG states) and continues.
 
 Recovery: when an actor dies (a learner, the engine, the league; a killed verifier is retried by the
-pool), the driver stops every actor, starts a new set, restores the latest complete checkpoint into it
+pool), whether killed, crashed, killed by Ray's memory monitor (which the log names, with the largest memory users
+Ray reported, and which is followed by a bounded wait for the node's memory) or lost with its node, the driver stops
+every actor, starts a new set, restores the latest complete checkpoint into it
 and continues from the step after it, at most ``run.max_recoveries`` times. The steps after the
 checkpoint are recomputed identically; metrics.jsonl drops their first rows and gets one
 ``{"event": "recovery", ...}`` record. ``RUN_DIR/status.json`` says why the run stopped.
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actors.memory_kills import MemoryKill, memory_kill
 from configs import Config
 from checkpoints import CheckpointWriteError, checkpoint_step
 from planning.model_files import resolve_model
@@ -108,18 +111,58 @@ def detach_log_handlers(handlers: list[logging.Handler]) -> None:
         handler.close()
 
 
-def is_actor_fault(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it wraps) says an actor or an object's owner died: what recovery handles."""
-    from ray.exceptions import ObjectLostError, RayActorError
-
-    seen: set[int] = set()
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it wraps (Ray's ``cause``, then ``__cause__``), each once."""
+    out: list[BaseException] = []
     current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, (RayActorError, ObjectLostError)):
-            return True
+    while current is not None and all(current is not seen for seen in out):
+        out.append(current)
         current = getattr(current, "cause", None) or current.__cause__
-    return False
+    return out
+
+
+def is_actor_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) says an actor's process or node, or an object's owner, is gone: what
+    recovery handles. Besides a dead actor (a kill, a crash) that is Ray's memory monitor killing one
+    (``OutOfMemoryError``), a crashed worker and a lost node."""
+    from ray.exceptions import NodeDiedError, ObjectLostError, OutOfMemoryError, RayActorError, WorkerCrashedError
+
+    faults = (RayActorError, ObjectLostError, OutOfMemoryError, WorkerCrashedError, NodeDiedError)
+    return any(isinstance(current, faults) for current in _chain(exc))
+
+
+def memory_kill_of(exc: BaseException) -> MemoryKill | None:
+    """What Ray's memory monitor reported, when ``exc`` (or what it wraps) is one of its kills."""
+    for current in _chain(exc):
+        found = memory_kill(str(current))
+        if found is not None:
+            return found
+    return None
+
+
+def wait_for_memory(kill: MemoryKill, bound_s: float, poll_s: float = 1.0) -> str:
+    """Wait (at most ``bound_s``) before restarting actors that Ray's memory monitor killed: on this node until its
+    use is below 90% of the monitor's threshold (so the restarted actors are not killed again at once); for another
+    node, whose memory this process cannot read, a fixed pause of a tenth of the bound. Returns what it did."""
+    import psutil
+
+    began = time.monotonic()
+    local = {a.address for addresses in psutil.net_if_addrs().values() for a in addresses}
+    if kill.threshold_bytes and kill.node_ip in local | {""}:
+        target = 0.9 * kill.threshold_bytes
+        while True:
+            memory = psutil.virtual_memory()
+            used = memory.total - memory.available
+            if used <= target:
+                return f"memory on this node is {used / 2**30:.2f} GiB, below the threshold; restarting after " \
+                       f"{time.monotonic() - began:.0f} s"
+            if time.monotonic() - began >= bound_s:
+                return f"memory on this node is still {used / 2**30:.2f} GiB after {bound_s:.0f} s " \
+                       "(run.cluster_wait_s); restarting anyway"
+            time.sleep(poll_s)
+    pause = min(bound_s / 10, 30.0)
+    time.sleep(pause)
+    return f"paused {pause:.0f} s for node {kill.node_ip} to free memory; restarting"
 
 
 class Terminated(BaseException):
@@ -185,12 +228,18 @@ class Recovery:
 
         dead = system.dead_actors()
         system.stop(release_shared_base=False)
+        kill = memory_kill_of(exc)
+        if kill is not None:
+            print(f"[populora] {kill.describe()}", file=sys.stderr, flush=True)
+            print(f"[populora] {wait_for_memory(kill, self.config.run.cluster_wait_s)}", file=sys.stderr, flush=True)
         checkpoint, notes = self.run.find_checkpoint()
         for note in notes:
             print(f"[populora] {note}", file=sys.stderr, flush=True)
         self.count += 1  # an attempt counts even when a second fault ends it: run.max_recoveries bounds attempts
         record = {"event": "recovery", "recovery": self.count, "actors": dead or ["unknown"], "error": _one_line(exc),
                   "failed_step": failed_step}
+        if kill is not None:
+            record["memory_kill"] = kill.describe()
         wait = ClusterWait(self.config.run.cluster_wait_s, self.plan, self.known_nodes, context=f"during step {failed_step}")
         try:
             if wait.short_resources():
