@@ -56,8 +56,8 @@ class WandbTracker:
         self.run.define_metric("*", step_metric=STEP_KEY)
         self.run_id: str = self.run.id
         offline = list(kept.get("offline_dirs") or [])
-        if self.run.settings._offline:
-            offline.append(str(self.run.settings.sync_dir))
+        if self.run.offline:
+            offline.append(str(self.run.sync_dir))
         self.record = {"run_id": self.run.id, "project": project, "entity": entity, "url": self.run.url,
                        "offline_dirs": offline}
 
