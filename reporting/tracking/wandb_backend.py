@@ -12,7 +12,7 @@ W&B cannot resume: each session writes its own ``offline-run-<time>-<id>`` direc
 uploads them.
 
 Files: under ``WANDB_DIR`` when set, else RUN_DIR/wandb/. W&B's console capture is off (the driver's terminal and
-RUN_DIR/logs/driver.log hold the output).
+RUN_DIR/logs/driver.log hold the output) and it is quiet (its start lines only, no history printed at the end).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class WandbTracker:
         entity = kept.get("entity") or context.wandb_entity
         init: dict[str, Any] = {
             "project": project, "entity": entity, "name": context.run_name,
-            "settings": wandb.Settings(console="off"),
+            "settings": wandb.Settings(console="off", quiet=True),  # no history and summary printed at the end
         }
         # Given explicitly: W&B reads its environment once per process (wandb.setup), not at each init.
         init["dir"] = context.env.get("WANDB_DIR") or str(context.root)  # W&B makes its wandb/ folder there
