@@ -25,7 +25,7 @@ from reporting.run_dir import RunDirectory
 from reporting.tracking import (SAMPLE_COLUMNS, TRACKING_FILE, check_tracking, sample_table, scalars, tracking_problems,
                                 wandb_credentials)
 from reporting.tracking.mlflow_backend import metric_name
-from short_runs import ROOT
+from short_runs import ROOT, launch
 
 wandb = pytest.importorskip("wandb", reason="the tracking extra: pip install -e '.[tracking]'")
 mlflow = pytest.importorskip("mlflow", reason="the tracking extra: pip install -e '.[tracking]'")
@@ -326,3 +326,36 @@ def test_the_dry_run_stops_on_a_missing_package_or_wandb_online_without_a_key(tm
     assert "pip install -e '.[tracking]'" in lines[0]
 
     assert check_tracking(["tensorboard", "wandb", "mlflow"], {**env, "WANDB_MODE": "offline"}) is None
+
+
+# the driver -------------------------------------------------------------------------------------------------------
+def test_a_resumed_launch_tracks_its_steps_in_every_backend(short_run, tmp_path):
+    """`launch.py --resume` of a copy of the shared short run (steps 1-2) for one more step with every backend on:
+    the driver opens the trackers, step 3 reaches each with the keys of its metrics.jsonl row, and the samples table."""
+    assert short_run.returncode == 0, short_run.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    shutil.copytree(short_run.run_dir, run_dir)
+    wandb_dir = tmp_path / "wandb-dir"
+    wandb_dir.mkdir()
+    done = launch("--resume", str(run_dir), "--steps", "1", "run.dashboard=false", ALL, "logging.samples_every=1",
+                  env={"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir), "WANDB_SILENT": "true"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"tracking: tensorboard, wandb, mlflow ({run_dir / TRACKING_FILE})" in done.stdout
+    assert "tracking:" not in done.stderr  # no tracker failed
+    step_row = RunDirectory(run_dir).read_metrics()[-1]
+    assert step_row["step"] == 3
+    keys = set(scalars(step_row))
+
+    client, run_id = mlflow_client(run_dir)
+    assert set(client.get_run(run_id).data.metrics) == {metric_name(k) for k in keys}
+    assert [m.step for m in client.get_metric_history(run_id, "valid_rate")] == [3]
+    assert [a.path for a in client.list_artifacts(run_id, "samples")] == ["samples/step-000003.json"]
+
+    kept = json.loads((run_dir / TRACKING_FILE).read_text())
+    (logged,) = offline_runs(wandb_dir, kept["wandb"]["run_id"])
+    scalar_rows = [r for r in logged.history if "valid_rate" in r]
+    assert [r["step"] for r in scalar_rows] == [3] and set(scalar_rows[0]) - W_AND_B_NOISE == keys
+    assert any("samples/path" in r for r in logged.history)
+
+    shown = tensorboard_scalars(run_dir)  # steps 1-2 from the first launch, 3 from this one
+    assert [s for s, _ in shown["valid_rate"]] == [1, 2, 3]

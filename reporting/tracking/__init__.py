@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 from urllib.parse import urlparse
 
+from configs.schema import TRACKING_BACKENDS
+
 log = logging.getLogger("populora.tracking")
 
 TRACKING_FILE = "tracking.json"
@@ -182,7 +184,7 @@ def open_backend(name: str, context: TrackingContext) -> Tracker:
         from reporting.tracking.mlflow_backend import MlflowTracker
 
         return MlflowTracker(context)
-    raise ValueError(f"unknown tracking backend {name!r}")
+    raise ValueError(f"unknown tracking backend {name!r} (known: {', '.join(TRACKING_BACKENDS)})")
 
 
 class Tracking:
