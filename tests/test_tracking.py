@@ -1,6 +1,7 @@
-"""Experiment tracking (``reporting.tracking``): TensorBoard, W&B (offline) and MLflow (a local file store) driven through
-``RunDirectory`` with the real backends and read back with each one's own reader; resume and rewound steps; a tracker
-that fails mid-run (a killed W&B service, an MLflow store that cannot be written); the launch-time checks.
+"""Experiment tracking (``reporting.tracking``): TensorBoard, W&B (offline) and MLflow (a local file store) driven
+through ``RunDirectory`` with the real backends and read back with each one's own reader; resume and rewound steps; a
+tracker that fails mid-run (a killed W&B service, an MLflow store that cannot be written); the launch-time checks; one
+resumed launch with every backend on.
 
 No network: W&B runs with ``WANDB_MODE=offline`` and ``WANDB_DIR`` in the test's temporary directory (its records are
 read from the offline run's transaction log, ``wandb_records``), MLflow with a ``file:`` store in the run directory.
@@ -267,6 +268,22 @@ def test_a_store_that_cannot_be_written_drops_mlflow_with_one_warning(tmp_path, 
     assert "tensorboard keep every step" in warnings[0]
     assert [r["step"] for r in run.read_metrics()] == [1, 2, 3, 4]
     assert [s for s, _ in tensorboard_scalars(root)["solve_rate"]] == [1, 2, 3, 4]
+
+
+def test_a_tracked_run_that_cannot_be_continued_is_one_warning(tmp_path, offline, caplog):
+    root = tmp_path / "run"
+    root.mkdir()
+    gone = {"mlflow": {"run_id": "0" * 32, "tracking_uri": (root / "gone").as_uri()}}  # a store without that run
+    (root / TRACKING_FILE).write_text(json.dumps(gone))
+    config = load_config(None, ["logging.backends=[tensorboard,mlflow]"])
+    run = RunDirectory(root)
+    with caplog.at_level(logging.WARNING, logger="populora.tracking"):
+        assert run.open_tracking(config.logging, config, start_step=3) == ["tensorboard"]
+        run.append_metrics(row(3))
+        run.close()
+    warnings = tracking_warnings(caplog)
+    assert len(warnings) == 1 and warnings[0].startswith("tracking: mlflow could not start"), warnings
+    assert [s for s, _ in tensorboard_scalars(root)["solve_rate"]] == [3]
 
 
 def test_a_killed_wandb_service_drops_wandb_with_one_warning(tmp_path, offline, caplog):

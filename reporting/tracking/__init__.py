@@ -44,10 +44,12 @@ INSTALL_HINT = "pip install -e '.[tracking]' (or bash install.sh cpu tracking)"
 
 
 class Tracker(Protocol):
-    """One backend's tracked run. ``run_id``: what ``--resume`` passes back to continue it (None: nothing to keep)."""
+    """One backend's tracked run. ``record``: what RUN_DIR/tracking.json keeps of it (its run id and where it lives),
+    given back as ``TrackingContext.kept`` on ``--resume`` to continue it (None: nothing to keep)."""
 
     name: str
     run_id: str | None
+    record: Mapping[str, Any] | None
 
     def log(self, step: int, scalars: Mapping[str, float]) -> None:
         """Record ``scalars`` at ``step``; a ``step`` at or before one already logged is a rewind (resume, recovery)."""
@@ -209,13 +211,16 @@ class Tracking:
                 tracking._warn(name, "could not start", exc)
                 continue
             tracking.trackers.append(tracker)
-            record = getattr(tracker, "record", None)
-            if record:
-                kept[name] = record
+            if tracker.record:
+                kept[name] = dict(tracker.record)
         if kept:
             from checkpoints import write_atomic
 
-            write_atomic(Path(context.root) / TRACKING_FILE, json.dumps(kept, indent=1))
+            try:
+                write_atomic(Path(context.root) / TRACKING_FILE, json.dumps(kept, indent=1))
+            except OSError as exc:  # the trackers run; only a later --resume would start new tracked runs
+                log.warning("tracking: could not write %s (%s); a --resume will start new tracked runs",
+                            Path(context.root) / TRACKING_FILE, exc)
         return tracking
 
     @property
@@ -225,9 +230,10 @@ class Tracking:
     def _warn(self, name: str, what: str, exc: BaseException) -> None:
         self.dropped.append(name)
         kept = [t.name for t in self.trackers if t.name != name]
+        text = str(exc).strip()
         log.warning("tracking: %s %s (%s: %s); dropped for the rest of this run, which goes on (metrics.jsonl%s keep "
-                    "every step)", name, what, type(exc).__name__, str(exc).strip().splitlines()[0][:300] if str(exc)
-                    else "", "".join(f", {k}" for k in kept))
+                    "every step)", name, what, type(exc).__name__, text.splitlines()[0][:300] if text else "",
+                    "".join(f", {k}" for k in kept))
 
     def _each(self, what: str, call: Callable[[Tracker], None], closing: bool = False) -> None:
         for tracker in list(self.trackers):
