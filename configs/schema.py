@@ -8,7 +8,7 @@ error into a message that lists the valid keys of the section (see ``configs.loa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -444,6 +444,45 @@ class RunConfig(Section):
     )
 
 
+TrackingBackend = Literal["tensorboard", "wandb", "mlflow"]
+TRACKING_BACKENDS: tuple[str, ...] = get_args(TrackingBackend)
+"""Where ``logging.backends`` can send a run's scalars and sample tables (``reporting.tracking``)."""
+
+
+class LoggingConfig(Section):
+    """Experiment tracking (``reporting.tracking``; docs/tracking.md): metrics.jsonl is always written."""
+
+    backends: list[TrackingBackend] = Field(
+        ["tensorboard"],
+        description="Trackers that get every step's scalars (the same keys in each) and a table of sample proposals "
+        "and answers every logging.samples_every steps: tensorboard (RUN_DIR/tensorboard/), wandb and mlflow (the "
+        "`tracking` extra: pip install -e '.[tracking]'). A tracker that fails mid-run is dropped with one warning; "
+        "metrics.jsonl keeps every step.",
+    )
+    samples_every: int = Field(
+        10, ge=0, le=1_000_000,
+        description="Log the step's sample proposals and answers (samples.jsonl's records) as a table every N steps "
+        "(0: never).",
+    )
+    project: str = Field(
+        "populora", min_length=1, max_length=128,
+        description="The W&B project and the MLflow experiment the run is tracked in (its name there: run.name).",
+    )
+    wandb_entity: str | None = Field(None, min_length=1, description="W&B entity (team or user; default: yours).")
+    mlflow_tracking_uri: str | None = Field(
+        None, min_length=1,
+        description="MLflow tracking URI (http://host:5000, databricks, file:/path). Default: MLFLOW_TRACKING_URI, "
+        "else a file store in RUN_DIR/mlruns.",
+    )
+
+    @field_validator("backends")
+    @classmethod
+    def _each_once(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"logging.backends names a backend twice: {value}")
+        return value
+
+
 class PlanConfig(Section):
     """What the time plan assumes (``planning.time_plan``); none of it changes a run."""
 
@@ -498,6 +537,7 @@ class Config(Section):
     run: RunConfig = Field(default_factory=RunConfig, description="Length, seed, checkpoints, outputs.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Benchmark evaluation during training.")
     plan: PlanConfig = Field(default_factory=PlanConfig, description="What the dry run's time plan assumes.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Experiment tracking.")
 
     @model_validator(mode="after")
     def _hindsight_targets_have_no_behaviour_policy(self) -> "Config":

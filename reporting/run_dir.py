@@ -7,7 +7,10 @@ Layout::
     RUN_DIR/samples.jsonl          a few raw proposals and answers per step, with the verifier's verdicts
     RUN_DIR/proposals.jsonl        one record per proposal: validity, rho, complexity, reward, advantage
                                    (``reporting.proposal_records``)
-    RUN_DIR/tensorboard/           TensorBoard event files
+    RUN_DIR/tensorboard/           TensorBoard event files (``logging.backends``: tensorboard, the default)
+    RUN_DIR/tracking.json          the run ids of the W&B / MLflow runs tracking it (``reporting.tracking``), which
+                                   ``--resume`` continues
+    RUN_DIR/wandb/, RUN_DIR/mlruns/  W&B's files (unless WANDB_DIR is set) and MLflow's default file store
     RUN_DIR/checkpoints/step-N/    one complete checkpoint per N (written as .tmp-step-N, then renamed)
     RUN_DIR/checkpoints/latest     name of the newest complete checkpoint (replaced atomically)
     RUN_DIR/status.json            why the run stopped: running / finished / interrupted / failed, the cause,
@@ -37,10 +40,14 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from checkpoints import CheckpointStore, write_atomic
 from configs import Config, dump_config
+from configs.schema import LoggingConfig
+
+if TYPE_CHECKING:
+    from reporting.tracking import Tracking
 
 LOG_DIR_ENV = "POPULORA_LOG_DIR"
 """Set by the driver in the actors' environment (``actors.cluster.connect``): where ``route_output`` writes."""
@@ -180,7 +187,7 @@ class RunDirectory(CheckpointStore):
         super().__init__(root)
         self.metrics_path = self.root / "metrics.jsonl"
         self.logs = self.root / "logs"
-        self._tensorboard = None
+        self.tracking: Tracking | None = None
 
     def create(self, config: Config) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -270,38 +277,43 @@ class RunDirectory(CheckpointStore):
 
     def append_metrics(self, row: dict[str, Any]) -> None:
         """Append one step; its lists of records (``SIDE_FILES``: raw model text, one record per proposal) go to
-        their own files, one line per record with the step, not to metrics.jsonl."""
+        their own files, one line per record with the step, not to metrics.jsonl. Then the trackers get the step
+        (``open_tracking``; TensorBoard alone where it was not called)."""
         self.root.mkdir(parents=True, exist_ok=True)
         row = dict(row)
+        side = {key: row.pop(key, []) for key in SIDE_FILES}
         for key, name in SIDE_FILES.items():
-            records = row.pop(key, [])
-            if records:
+            if side[key]:
                 with open(self.root / name, "a") as handle:
-                    handle.write("".join(json.dumps({"step": row["step"], **e}) + "\n" for e in records))
+                    handle.write("".join(json.dumps({"step": row["step"], **e}) + "\n" for e in side[key]))
         with open(self.metrics_path, "a") as handle:
             handle.write(json.dumps(row) + "\n")
             handle.flush()
-        self._log_scalars(row)
+        if self.tracking is None:
+            self.open_tracking(LoggingConfig())
+        self.tracking.log_step(row, side["examples"])
 
-    def _log_scalars(self, row: dict[str, Any]) -> None:
-        if self._tensorboard is None:
-            from torch.utils.tensorboard import SummaryWriter
+    def open_tracking(self, logging_config: LoggingConfig, config: Config | None = None,
+                      start_step: int | None = None) -> list[str]:
+        """Open the trackers of ``logging_config`` (``reporting.tracking``) for this session of the run, continuing the
+        tracked runs RUN_DIR/tracking.json keeps; ``start_step``: a resumed run's first step (None: a fresh run).
+        A tracker that cannot open is one warning. Returns the names of those open."""
+        from reporting.tracking import Tracking, TrackingContext
 
-            self._tensorboard = SummaryWriter(str(self.root / "tensorboard"))
-        step = int(row["step"])
-        for key, value in row.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
-                self._tensorboard.add_scalar(key, value, step)
-        for key, value in row.get("phase_seconds", {}).items():
-            self._tensorboard.add_scalar(f"phase_seconds/{key}", value, step)
-        for member in row.get("members", []):
-            self._tensorboard.add_scalar(f"mu/{member['id']}", member["mu"], step)
-        self._tensorboard.flush()
+        self.close()
+        context = TrackingContext(
+            root=self.root, run_name=config.run.name if config else self.root.name, project=logging_config.project,
+            config=config.model_dump(mode="json") if config else {}, config_yaml=dump_config(config) if config else "",
+            start_step=start_step, wandb_entity=logging_config.wandb_entity,
+            mlflow_tracking_uri=logging_config.mlflow_tracking_uri, env=dict(os.environ))
+        self.tracking = Tracking.open(logging_config.backends, logging_config.samples_every, context)
+        return self.tracking.names
 
     def close(self) -> None:
-        if self._tensorboard is not None:
-            self._tensorboard.close()
-            self._tensorboard = None
+        """Close the trackers (a tracker that fails to close: one warning)."""
+        if self.tracking is not None:
+            self.tracking.close()
+            self.tracking = None
 
     # checkpoints -------------------------------------------------------------------------------
     @staticmethod

@@ -57,6 +57,7 @@ MACHINE_GROUPS = {
         "test_engines_fit", "test_engines_parts", "test_evaluation_cli", "test_export", "test_learners_shared_base", "test_nodes",
         "test_overlap", "test_plan_hf_engine", "test_prompt_budget_system", "test_prompt_styles", "test_replica_dispatch",
         "test_report", "test_system", "test_system_actors", "test_terminal_output", "test_time_plan_overlap",
+        "test_tracking",
     }),
 }
 MACHINE_WIDE = frozenset().union(*MACHINE_GROUPS.values())
