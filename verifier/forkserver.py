@@ -187,7 +187,8 @@ def _forget_privileged_modules() -> None:
     that hold kernel calls or the policy. Done once in the zygote (its children inherit it) and in
     a child the server forks itself; what a child still needs travels in ``CONTEXT``."""
     global guard, landlock, namespaces, syscalls
-    for name in [m for m in sys.modules if m == "verifier" or m.startswith("verifier.")]:
+    # and the socket module, loaded only for the zygote's request socket (its bound functions keep working)
+    for name in [m for m in sys.modules if m == "verifier" or m.startswith("verifier.") or m in ("socket", "_socket")]:
         del sys.modules[name]
     guard = landlock = namespaces = syscalls = None  # type: ignore[assignment]
 
