@@ -234,7 +234,8 @@ def test_a_node_that_does_not_see_the_run_directory_or_the_model_is_named(cluste
         assert f"cannot see the model directory {model} (model.path)" in lines[1]
         assert hidden[0]["NodeManagerAddress"] in lines[0]
         capsys.readouterr()
-        assert train(load_config(None, [*SHORT, f"run.run_dir={run_dir}"]), output="quiet") == 2
+        # a new run beside it (a fresh run into run_dir, which holds a run, is refused before this check)
+        assert train(load_config(None, [*SHORT, f"run.run_dir={shared / 'new-run'}"]), output="quiet") == 2
         err = capsys.readouterr().err
         assert "error: not every node of the cluster sees the run's files" in err and hidden[0]["NodeID"][:12] in err
         assert not [a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == NAMESPACE]

@@ -20,7 +20,7 @@ from short_runs import ROOT, launch_env
 
 ACTOR_LOGS = {"inference.log", "learner-teacher.log", "learner-student.log", "league.log", "verifier-0.log",
               "verifier-1.log"}
-SUMMARY_KEYS = ("valid rate", "solve rate", "AST depth", "evolution", "logs:", "plots:")
+SUMMARY_KEYS = ("valid rate", "solve rate", "AST depth", "evolution", "logs:", "plots:", "export:")
 ACTOR_OUTPUT_MARKS = ("Loading weights", "(LearnerActor", "(InferenceActor", "(VerifierActor", "(LeagueActor", "pid=")
 
 
@@ -161,7 +161,8 @@ def test_default_run_then_quiet_resume(short_run, short_run_resumed):
     assert f"[populora] actor output: {run_dir}/logs/<actor>.log" in out
     assert "step    2/2" in out
     tail = after_summary(out)
-    assert [line.split()[0] for line in tail] == ["valid", "solve", "AST", "evolution", "logs:", "plots:"]
+    assert [line.split()[0] for line in tail] == ["valid", "solve", "AST", "evolution", "logs:", "plots:", "export:"]
+    assert f"python -m evaluation.export {run_dir} --member s" in tail[-1]  # its strongest solver, a student
     both = out + first.stderr
     assert not [mark for mark in ACTOR_OUTPUT_MARKS if mark in both], "actor output reached the terminal"
     assert "Token authentication is enabled" not in first.stderr  # Ray's warning: our dashboard lines say it

@@ -46,7 +46,7 @@ from verifier.preflight import Prepared, prepare_args, prepare_program
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 HASH_SEED = "0"
 DEFAULT_UID_BASE = 200_000
-MAX_OUTPUT_CHARS = 1 << 24  # the fork server keeps at most ~4 bytes per character of one run's frame
+MAX_OUTPUT_CHARS = 1 << 25  # the fork server keeps at most ~4 bytes per character of one run's frame (evaluation asks for 20M)
 
 
 class Status(str, enum.Enum):
