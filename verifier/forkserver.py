@@ -55,7 +55,7 @@ from collections import deque
 from typing import Any, Callable
 
 from verifier import guard, landlock, namespaces, syscalls
-from verifier.frames import decode as decode_frame, encode as encode_frame, frame_bound, violation
+from verifier.frames import HEADER_BYTES, decode as decode_frame, encode as encode_frame, frame_bound, violation
 from verifier.outputs import value_problem
 from verifier.seccomp import placeholder_offsets
 
@@ -318,14 +318,18 @@ def _zygote_main(kit: list) -> None:
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 20)
-    receive_fds = socket.recv_fds
+    receive, space, order = requests.recvmsg, socket.CMSG_SPACE(4), sys.byteorder
     while True:
-        head, fds, _, _ = receive_fds(requests, 8, 1)
-        head = _receive_exactly(requests, 8, head) if head else None
-        payload = _receive_exactly(requests, int.from_bytes(head, "little")) if head else None
-        if payload is None or len(fds) != 1:  # the server is gone or closed us
+        # one request at a time (the server waits for each answer), so one read takes all of it but a large payload
+        data, ancillary, _, _ = receive(1 << 16, space)
+        if len(data) < 8 or len(ancillary) != 1 or len(ancillary[0][2]) < 4:  # the server is gone or closed us
             return
-        result_fd = fds[0]
+        result_fd = int.from_bytes(ancillary[0][2][:4], order)
+        size = int.from_bytes(data[:8], "little")
+        message = data if len(data) >= 8 + size else _receive_exactly(requests, 8 + size, data)
+        if message is None:
+            return
+        payload = message[8:]
         pid = clone()
         if pid == 0:
             del clone
@@ -384,7 +388,7 @@ class _Zygote:
         None (and the zygote closed) on failure."""
         data = len(payload).to_bytes(8, "little") + payload
         try:
-            sent = socket.send_fds(self.requests, [data], [result_fd])
+            sent = self.requests.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, result_fd.to_bytes(4, sys.byteorder))])
             if sent < len(data):
                 self.requests.sendall(data[sent:])
             reply = os.read(self.replies, 8)
@@ -414,7 +418,7 @@ class _Running:
     bound), deadline and slot; ``overflow`` once it wrote more than one frame may hold."""
 
     __slots__ = ("request", "pid", "pidfd", "read_fd", "workdir", "slot", "started", "deadline", "chunks", "size",
-                 "killed", "open", "overflow", "bound")
+                 "killed", "open", "watched", "overflow", "bound")
 
     def __init__(self, request, pid, pidfd, read_fd, workdir, slot, started, deadline):
         self.request, self.pid, self.pidfd, self.read_fd = request, pid, pidfd, read_fd
@@ -422,7 +426,7 @@ class _Running:
         self.chunks: list[bytes] = []
         self.size = 0
         self.killed = False
-        self.open = True
+        self.open = self.watched = True
         self.overflow = False
         self.bound = frame_bound(int(request["max_output_chars"]))
 
@@ -558,11 +562,18 @@ class Server:
     def drain(self, run: _Running) -> None:
         """Read what the child wrote so far. At end of file, or once it wrote more than one frame
         may hold (``frames.frame_bound``; the run is killed then), the pipe is closed: the server
-        never keeps more than the bound of any run, however much it writes."""
+        never keeps more than the bound of any run, however much it writes. Once a whole frame has
+        arrived the pipe is no longer watched: the run's exit ends it (``finish`` reads what came
+        after the frame, a violation), so the end of file costs no wakeup of its own."""
         while run.open:
             try:
                 chunk = os.read(run.read_fd, 65536)
             except BlockingIOError:
+                if run.watched and run.size >= HEADER_BYTES:
+                    head = run.chunks[0] if len(run.chunks[0]) >= HEADER_BYTES else b"".join(run.chunks)
+                    if run.size >= HEADER_BYTES + int.from_bytes(head[1:HEADER_BYTES], "little"):
+                        run.watched = False
+                        self.selector.unregister(run.read_fd)
                 return
             if chunk:
                 run.chunks.append(chunk)
@@ -576,7 +587,9 @@ class Server:
     def close_pipe(self, run: _Running) -> None:
         if run.open:
             run.open = False
-            self.selector.unregister(run.read_fd)
+            if run.watched:
+                run.watched = False
+                self.selector.unregister(run.read_fd)
             os.close(run.read_fd)
 
     @staticmethod
