@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import ast
 import random
-from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, Sequence
 
 from tinycoder.programs import Program, ShapeRange, generate_program, random_args, simple_args
 from verifier.sandbox import ExecResult, Status
@@ -52,6 +52,18 @@ class VerifiedProgram:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     trace: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form (a build's saved corpus, ``tinycoder.progress``); :meth:`from_dict` reads it back equal."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "VerifiedProgram":
+        """The inverse of :meth:`to_dict` (JSON lists back to the tuples the dataclasses hold)."""
+        p = data["program"]
+        program = Program(source=p["source"], arg_types=tuple(p["arg_types"]), phases=tuple(p["phases"]),
+                          message=p["message"], results=tuple(p["results"]))
+        return cls(program, tuple(data["inputs"]), tuple(data["outputs"]), tuple(data["trace"]))
 
 
 class Executor(Protocol):
