@@ -18,22 +18,16 @@ from safetensors.torch import load_file
 
 from tinycoder.build import build_cached, build_model
 from tinycoder.cache import MANIFEST, cache_key
-from tinycoder.corpus import CorpusSettings, build_corpus
+from tinycoder.corpus import build_corpus
 from tinycoder.progress import CORPUS_FILE, TRAIN_FILE, BuildProgress, progress_dir_for
-from tinycoder.settings import VARIANTS, BuildSettings, ModelShape, TrainSettings, describe
+from tinycoder.settings import VARIANTS, BuildSettings, describe
 from tinycoder.train import SavePolicy
+from test_tinycoder_build import MICRO  # 40 programs, 4 steps: seconds
 from verifier.sandbox import Verifier
 
 ROOT = Path(__file__).resolve().parents[1]
 KILL_STEPS = 30  # the killed build's length: long enough that the kill lands before its end on a busy machine
 
-MICRO = BuildSettings(
-    corpus=CorpusSettings(programs=40, inputs_per_program=5, min_inputs=4),
-    vocab_size=400,
-    model=ModelShape(hidden=64, layers=1, kv_heads=1, intermediate=128),
-    train=TrainSettings(steps=4, batch_tokens=1024, lr=3e-3, warmup=1),
-    seed_tasks=4,
-)
 
 
 def short_test_variant(steps: int) -> BuildSettings:
