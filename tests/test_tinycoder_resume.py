@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from tinycoder.build import build_cached, build_model
 from tinycoder.cache import MANIFEST, cache_key
 from tinycoder.corpus import build_corpus
-from tinycoder.progress import CORPUS_FILE, TRAIN_FILE, BuildProgress, progress_dir_for
+from tinycoder.progress import CORPUS_FILE, PARTIAL_CORPUS_FILE, TRAIN_FILE, BuildProgress, progress_dir_for
 from tinycoder.settings import VARIANTS, BuildSettings, describe
 from tinycoder.train import SavePolicy
 from test_tinycoder_build import MICRO  # 40 programs, 4 steps: seconds
@@ -63,36 +63,46 @@ CHILD = """
 import sys
 sys.path.insert(0, {tests!r})
 from pathlib import Path
-from test_tinycoder_resume import short_test_variant
+from test_tinycoder_resume import POLICY, short_test_variant
 from tinycoder.build import build_cached
-from tinycoder.train import SavePolicy
-build_cached(short_test_variant({steps}), 0, Path({target!r}), progress=False, threads=1,
-             save_policy=SavePolicy(every_steps=2))
+build_cached(short_test_variant({steps}), 0, Path({target!r}), progress=True, threads=1, save_policy=POLICY)
 """
+# saves after every 2 steps, and the test variant's 800 programs verified in chunks of 100 (a save after each)
+POLICY = SavePolicy(every_steps=2, corpus_chunk=100)
 
 
-def test_a_build_killed_mid_training_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, capfd):
+def build_killed_at(target: Path, file: Path, log: Path) -> None:
+    """Build ``target`` in a child process and kill it with SIGKILL as soon as ``file`` exists (the child's stderr
+    goes to ``log``)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    code = CHILD.format(tests=str(ROOT / "tests"), steps=KILL_STEPS, target=str(target))
+    with log.open("w") as err:
+        child = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + 240
+        while not file.is_file() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGKILL)  # a real kill, wherever the child is: working, or writing its next save
+        child.wait(60)
+    assert child.returncode == -signal.SIGKILL, f"the child ended (exit {child.returncode}) before the kill: {log.read_text()[-2000:]}"
+    assert not (target / MANIFEST).exists() and file.is_file()
+
+
+def test_a_build_killed_in_its_corpus_and_in_training_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, capfd):
     settings = short_test_variant(KILL_STEPS)
     key = key_of(settings)
-    policy = SavePolicy(every_steps=2)
-    whole = build_cached(settings, 0, tmp_path / "a" / f"test-{key}", progress=False, threads=1, save_policy=policy)
+    whole = build_cached(settings, 0, tmp_path / "a" / f"test-{key}", progress=False, threads=1, save_policy=POLICY)
 
     target = tmp_path / "b" / f"test-{key}"
     saves = progress_dir_for(target)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD.format(tests=str(ROOT / "tests"), steps=KILL_STEPS, target=str(target))],
-                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    while not (saves / TRAIN_FILE).is_file() and child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.kill(child.pid, signal.SIGKILL)  # a real kill, wherever the child is: training, or writing its next save
-    _, err = child.communicate(timeout=60)
-    assert child.returncode == -signal.SIGKILL, f"the child ended by itself (exit {child.returncode}) before the kill: {err[-2000:]}"
-    assert not (target / MANIFEST).exists() and (saves / TRAIN_FILE).is_file()
-    assert list(target.parent.glob(f".{target.name}.building-*")), "the killed build left its temporary directory"
+    build_killed_at(target, saves / PARTIAL_CORPUS_FILE, tmp_path / "first.log")
+    assert not (saves / CORPUS_FILE).exists(), "the first kill came after the corpus was complete"
+    build_killed_at(target, saves / TRAIN_FILE, tmp_path / "second.log")
+    lines = start_lines((tmp_path / "second.log").read_text(), key)
+    assert len(lines) == 1 and f"resuming build {key} from step 0 of {KILL_STEPS} (the corpus is verified up to program " in lines[0]
+    assert len(list(target.parent.glob(f".{target.name}.building-*"))) == 1, "the killed builds' temporary directories"
 
     capfd.readouterr()
-    resumed = build_cached(settings, 0, target, progress=True, threads=1, save_policy=policy)
+    resumed = build_cached(settings, 0, target, progress=True, threads=1, save_policy=POLICY)
     lines = start_lines(capfd.readouterr().err, key)
     assert len(lines) == 1, lines
     step = int(lines[0].split(f"resuming build {key} from step ")[1].split(" of ")[0])
@@ -159,6 +169,31 @@ def test_a_build_stopped_before_its_corpus_was_saved_starts_clean(tmp_path, capf
     assert start_lines(capfd.readouterr().err, key) == [
         f"[tiny-coder] starting build {key} from scratch (no usable save: the last build stopped before its corpus was saved)"]
     assert not list(saves.glob(".*.tmp-*"))
+
+
+def test_a_corpus_verified_in_chunks_or_resumed_from_a_chunk_keeps_what_one_pass_keeps(tmp_path):
+    """``build_corpus(chunk=...)`` and a resume from a chunk's ``PartialCorpus`` (through its saved file) keep the
+    same programs as one pass: the draws deciding on constant programs follow draft order, and the saved generator
+    state is what keeps them so (a resume with another state keeps other programs)."""
+    import random
+
+    settings = replace(MICRO.corpus, programs=120, constant_keep_rate=0.5)  # many constant-program draws
+    partials = []
+    with Verifier(timeout_s=2.0, memory_mb=256) as verifier:
+        whole = build_corpus(verifier, settings, 0)
+        assert build_corpus(verifier, settings, 0, chunk=30, on_chunk=partials.append) == whole
+        assert [p.drafts_done for p in partials] == [30, 60, 90]
+        saves = BuildProgress(tmp_path / "progress", "k", {})
+        saves.open(MICRO.train.steps, 1)
+        saves.save_partial_corpus(partials[0])
+        loaded = saves.load_partial_corpus()
+        assert loaded == partials[0]
+        assert build_corpus(verifier, settings, 0, chunk=30, resume=loaded) == whole
+        assert build_corpus(verifier, settings, 0, resume=partials[1]) == whole
+        other_state = replace(partials[0], rng_state=random.Random(1).getstate())
+        assert build_corpus(verifier, settings, 0, resume=other_state) != whole
+    with pytest.raises(ValueError, match="chunk"):
+        build_corpus(verifier, settings, 0, chunk=0)
 
 
 def test_save_policy_by_steps_and_seconds_never_after_the_last_step():

@@ -43,14 +43,14 @@ TYPICAL_EXAMPLE = (165, 65)
 PREP_S_PER_PROGRAM = 0.012
 
 
-def estimate_build(settings: BuildSettings, done_steps: int = 0, prepared: bool = False) -> tuple[float, float]:
+def estimate_build(settings: BuildSettings, done_steps: int = 0, programs_left: int | None = None) -> tuple[float, float]:
     """(seconds per training step measured now on a stand-in model of ``settings.model``, the build's estimated
-    seconds ``(steps - done_steps) * s_step + programs * PREP_S_PER_PROGRAM``, the second term 0 when ``prepared``:
-    a resumed build's corpus and examples are saved), with torch's current threads."""
+    seconds ``(steps - done_steps) * s_step + programs_left * PREP_S_PER_PROGRAM``), with torch's current threads.
+    ``programs_left``: drawn programs still to verify (default all; a resumed build's saved corpus counts 0)."""
     model = stand_in_model(settings.model, settings.vocab_size)
     s_step = measure_step_seconds(model, settings.train, *TYPICAL_EXAMPLE)
-    prep = 0.0 if prepared else settings.corpus.programs * PREP_S_PER_PROGRAM
-    return s_step, (settings.train.steps - done_steps) * s_step + prep
+    programs = settings.corpus.programs if programs_left is None else programs_left
+    return s_step, (settings.train.steps - done_steps) * s_step + programs * PREP_S_PER_PROGRAM
 
 
 def _log(progress: bool, message: str) -> None:
@@ -92,10 +92,12 @@ def build_model(
     resume = saves.open(settings.train.steps, threads) if saves is not None else Resume(None, None, None, None, "")
     estimate = None
     if progress and announce is not None:
-        s_step, estimate = estimate_build(settings, resume.step, resume.prepared is not None)
+        verified = settings.corpus.programs if resume.corpus is not None else resume.partial.drafts_done if resume.partial else 0
+        s_step, estimate = estimate_build(settings, resume.step, settings.corpus.programs - verified)
         left = (f"{settings.train.steps} training steps" if resume.step == 0 else
                 f"{settings.train.steps - resume.step} of {settings.train.steps} training steps left")
-        prep = "" if resume.prepared is not None else ", plus the corpus" if resume.corpus is None else ", plus the examples"
+        prep = ("" if resume.prepared is not None else ", plus the examples" if resume.corpus is not None
+                else ", plus the corpus" if resume.partial is None else ", plus the rest of the corpus")
         _log(progress, f"{announce}: about {max(1, round(estimate / 60))} min on {threads} torch thread(s) here "
                        f"({left} at {s_step:.2f} s/step measured just now{prep})")
     if resume.line:
@@ -108,7 +110,9 @@ def build_model(
         _log(progress, f"corpus: {len(corpus)} of {settings.corpus.programs} programs kept (the saved corpus)")
     else:
         with Verifier(timeout_s=2.0, memory_mb=256, max_output_chars=settings.corpus.max_output_chars) as verifier:
-            corpus = build_corpus(verifier, settings.corpus, seed)
+            corpus = build_corpus(verifier, settings.corpus, seed, resume=resume.partial,
+                                  chunk=None if saves is None else save_policy.corpus_chunk,
+                                  on_chunk=None if saves is None else saves.save_partial_corpus)
         _log(progress, f"corpus: {len(corpus)} of {settings.corpus.programs} programs kept ({time.perf_counter() - t0:.0f} s)")
         if not corpus:
             raise RuntimeError("the verifier accepted no generated program; is the sandbox working? (python -m verifier run ...)")

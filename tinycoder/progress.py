@@ -6,6 +6,9 @@ the cache entry and written only under its lock (``tinycoder.cache.build_once``)
 
 - ``key.json``: the cache key and what it hashes (``tinycoder.settings.describe``); a save of another key is never
   used (one line says so) and is cleared.
+- ``corpus.partial.jsonl``: while the corpus is verified, after each chunk of drafts (``SavePolicy.corpus_chunk``):
+  a header line (drafts done, the state of the generator that decides on constant programs), then the programs
+  kept so far (``tinycoder.corpus.PartialCorpus``).
 - ``corpus.jsonl``: the verified corpus (``VerifiedProgram.to_dict`` per line), once generated.
 - ``prepared/``: the tokenizer's files as the build wrote them, and ``data.pt``, the encoded training examples.
 - ``train.pt``: a :class:`tinycoder.train.TrainState`: model and AdamW state dicts, the step (the learning-rate
@@ -30,11 +33,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from tinycoder.corpus import VerifiedProgram
+from tinycoder.corpus import PartialCorpus, VerifiedProgram
 from tinycoder.train import Encoded, TrainState
 
 KEY_FILE = "key.json"
 CORPUS_FILE = "corpus.jsonl"
+PARTIAL_CORPUS_FILE = "corpus.partial.jsonl"
 PREPARED_DIR = "prepared"
 DATA_FILE = "data.pt"
 TRAIN_FILE = "train.pt"
@@ -50,13 +54,14 @@ def progress_dir_for(target: Path) -> Path:
 class Resume:
     """What :meth:`BuildProgress.open` found usable: the corpus, the prepared directory (tokenizer files) with the
     encoded examples read from its ``data.pt``, the training state, each None when the build must make it; ``line``
-    says which."""
+    says which. ``partial``: where the corpus's verification stopped, when the whole corpus was not saved yet."""
 
     corpus: list[VerifiedProgram] | None
     prepared: Path | None
     data: list[Encoded] | None
     train: TrainState | None
     line: str
+    partial: PartialCorpus | None = None
 
     @property
     def step(self) -> int:
@@ -129,7 +134,17 @@ class BuildProgress:
         for leftover in d.glob(".*.tmp-*"):  # a save a kill interrupted: never renamed into place
             shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         if not (d / CORPUS_FILE).is_file():
-            return self._scratch("the last build stopped before its corpus was saved")
+            self._clear(TRAIN_FILE, PREPARED_DIR)
+            if not (d / PARTIAL_CORPUS_FILE).is_file():
+                return self._scratch("the last build stopped before its corpus was saved")
+            try:
+                partial = self.load_partial_corpus()
+            except Exception as error:
+                return self._scratch(f"{d / PARTIAL_CORPUS_FILE} is unreadable ({_why(error)})")
+            return Resume(None, None, None, None, self._resuming(
+                0, steps, f"the corpus is verified up to program {partial.drafts_done} of those drawn, "
+                          f"{len(partial.kept)} kept"), partial=partial)
+        self._clear(PARTIAL_CORPUS_FILE)
         try:
             corpus = self.load_corpus()
         except (OSError, ValueError, KeyError, TypeError) as error:
@@ -170,6 +185,15 @@ class BuildProgress:
             raise ValueError("no programs")
         return corpus
 
+    def load_partial_corpus(self) -> PartialCorpus:
+        with (self.directory / PARTIAL_CORPUS_FILE).open() as handle:
+            head = json.loads(handle.readline())
+            kept = tuple(VerifiedProgram.from_dict(json.loads(line)) for line in handle)
+        if len(kept) != head["kept"]:
+            raise ValueError(f"{len(kept)} programs where the header says {head['kept']}")
+        version, internal, gauss = head["rng_state"]
+        return PartialCorpus(head["drafts_done"], kept, (version, tuple(internal), gauss))
+
     def load_data(self) -> list[Encoded]:
         return encoded_from_tensors(torch.load(self.directory / PREPARED_DIR / DATA_FILE, weights_only=True))
 
@@ -181,12 +205,12 @@ class BuildProgress:
 
     # ------------------------------------------------------------------ writing
     def save_corpus(self, corpus: Sequence[VerifiedProgram]) -> None:
-        def write(tmp: Path) -> None:
-            with tmp.open("w") as handle:
-                for item in corpus:
-                    handle.write(json.dumps(item.to_dict()) + "\n")
+        _write_atomically(self.directory / CORPUS_FILE, lambda tmp: _write_programs(tmp, corpus))
+        self._clear(PARTIAL_CORPUS_FILE)
 
-        _write_atomically(self.directory / CORPUS_FILE, write)
+    def save_partial_corpus(self, partial: PartialCorpus) -> None:
+        head = {"drafts_done": partial.drafts_done, "kept": len(partial.kept), "rng_state": partial.rng_state}
+        _write_atomically(self.directory / PARTIAL_CORPUS_FILE, lambda tmp: _write_programs(tmp, partial.kept, head))
 
     def save_prepared(self, files_from: Path, names: Sequence[str], data: Sequence[Encoded]) -> None:
         """``names`` from the directory ``files_from`` (the tokenizer's files) and the encoded ``data``."""
@@ -227,6 +251,15 @@ class BuildProgress:
         for name in names:
             path = self.directory / name
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def _write_programs(path: Path, programs: Sequence[VerifiedProgram], head: dict[str, Any] | None = None) -> None:
+    """One JSON line per program, after ``head``'s line when given."""
+    with path.open("w") as handle:
+        if head is not None:
+            handle.write(json.dumps(head) + "\n")
+        for item in programs:
+            handle.write(json.dumps(item.to_dict()) + "\n")
 
 
 def _why(error: Exception) -> str:

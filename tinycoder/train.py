@@ -201,16 +201,20 @@ class TrainState:
 @dataclass(frozen=True)
 class SavePolicy:
     """When ``train`` saves: after every ``every_steps`` steps (when set) and whenever ``every_s`` seconds have passed
-    since the last save (or the start); never after the last step (the finished model is written instead)."""
+    since the last save (or the start); never after the last step (the finished model is written instead). A build
+    also saves its corpus after every ``corpus_chunk`` programs verified (``tinycoder.corpus.build_corpus``)."""
 
     every_s: float = 120.0
     every_steps: int | None = None
+    corpus_chunk: int = 4000
 
     def __post_init__(self) -> None:
         if self.every_s <= 0:
             raise ValueError(f"SavePolicy.every_s must be > 0, got {self.every_s}")
         if self.every_steps is not None and self.every_steps < 1:
             raise ValueError(f"SavePolicy.every_steps must be >= 1 or None, got {self.every_steps}")
+        if self.corpus_chunk < 1:
+            raise ValueError(f"SavePolicy.corpus_chunk must be >= 1, got {self.corpus_chunk}")
 
     def due(self, steps_done: int, total_steps: int, since_save_s: float) -> bool:
         if steps_done >= total_steps:
