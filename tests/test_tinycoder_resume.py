@@ -87,6 +87,7 @@ def build_killed_at(target: Path, file: Path, log: Path) -> None:
     assert not (target / MANIFEST).exists() and file.is_file()
 
 
+@pytest.mark.slow  # three builds of the test variant's corpus and two child processes: ~1-1.5 min on two busy cores
 def test_a_build_killed_in_its_corpus_and_in_training_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, capfd):
     settings = short_test_variant(KILL_STEPS)
     key = key_of(settings)
