@@ -160,3 +160,34 @@ def test_prompt_loss_weight_weights_prompt_tokens_and_zero_keeps_the_old_loss_an
     del legacy["train"]["prompt_loss_weight"]
     assert cache_key(describe(MICRO, 0)) == cache_key(
         {"generator": describe(MICRO, 0)["generator"], "settings": legacy, "seed": 0, "prompts": prompt_fingerprint()})
+
+
+def test_stronger_large_is_stronger_on_ten_times_the_corpus_for_8000_steps():
+    """Issue 64's variant: only the corpus size and the training steps differ from ``stronger`` (the shape, the
+    always-right examples and every other setting are the same), and its key is its own."""
+    from dataclasses import asdict
+
+    stronger, large = asdict(VARIANTS["stronger"]), asdict(VARIANTS["stronger-large"])
+    assert large["corpus"]["programs"] == 10 * stronger["corpus"]["programs"] == 40_000
+    assert large["train"]["steps"] == 8000 and large["mix"]["p_correct"] == 1.0
+    large["corpus"]["programs"], large["train"]["steps"] = stronger["corpus"]["programs"], stronger["train"]["steps"]
+    assert large == stronger
+    assert cache_key(describe(VARIANTS["stronger-large"], 0)) != cache_key(describe(VARIANTS["stronger"], 0))
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_variant_is_selectable_by_the_config_and_both_command_lines(variant):
+    """``model.tiny_variant``, ``python -m tinycoder --variant`` and ``python -m bench.tiny_coder --variant`` take every
+    name of ``VARIANTS`` (``--help`` after a valid ``--variant`` exits 0; an invalid choice would exit 2 first)."""
+    from bench.tiny_coder import main as bench_main
+    from configs.schema import ModelConfig
+    from tinycoder.__main__ import main as tinycoder_main
+
+    assert ModelConfig(tiny_variant=variant).tiny_variant == variant
+    for main in (tinycoder_main, bench_main):
+        with pytest.raises(SystemExit) as exited:
+            main(["--variant", variant, "--help"])
+        assert exited.value.code == 0
+    with pytest.raises(SystemExit) as exited:
+        tinycoder_main(["--variant", "no-such-variant", "--help"])
+    assert exited.value.code == 2

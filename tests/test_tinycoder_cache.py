@@ -101,3 +101,19 @@ def test_the_config_schema_names_every_variant():
     from configs.schema import ModelConfig
 
     assert set(get_args(ModelConfig.model_fields["tiny_variant"].annotation)) == set(VARIANTS)
+
+
+def test_a_killed_builds_temporary_directory_and_named_leftovers_go_under_the_lock(tmp_path):
+    """A build killed outright (SIGKILL) leaves its ``.<name>.building-*`` directory; the next build removes it, and
+    the ``leftovers`` (a build's saved progress) once the model is in place, also when it was there already."""
+    stale = tmp_path / ".m-key.building-abc123"
+    (stale / "sub").mkdir(parents=True)
+    other = tmp_path / ".m-other.building-abc123"  # another entry's: not this lock's to remove
+    other.mkdir()
+    progress = tmp_path / "m-key.progress"
+    progress.mkdir()
+    build_once(tmp_path, "m-key", _slow_build(str(tmp_path / "log"), 0.0), leftovers=(progress,))
+    assert not stale.exists() and not progress.exists() and other.exists()
+    progress.mkdir()  # left by a kill between the rename and the removal
+    assert build_once(tmp_path, "m-key", _slow_build(str(tmp_path / "log"), 0.0), leftovers=(progress,)).is_dir()
+    assert not progress.exists() and (tmp_path / "log").read_text().count("build") == 1

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from tinycoder.settings import VARIANTS, BuildSettings, describe, variant_settings
-from tinycoder.cache import MANIFEST, build_once, cache_key, cache_root
+from tinycoder.cache import MANIFEST, cache_key, cache_root
 from tinycoder.shipped import ShippedModelError, shipped_model
 
 __all__ = ["VARIANTS", "BuildSettings", "ShippedModelError", "build_here", "ensure_model", "model_dir"]
@@ -85,11 +85,10 @@ def ensure_model(
 def build_here(
     variant: str = "default", seed: int = 0, *, cache_dir: Path | str | None = None, progress: bool = True, threads: int | None = None
 ) -> Path:
-    """``ensure_model`` in this process (what its child runs): build under the cache lock unless built."""
-    from tinycoder.build import build_model  # torch and transformers: only where a model is built
+    """``ensure_model`` in this process (what its child runs): build under the cache lock unless built, resuming
+    from the progress an interrupted build saved beside the cache entry (``tinycoder.build.build_cached``)."""
+    from tinycoder.build import build_cached  # torch and transformers: only where a model is built
 
-    settings = variant_settings(variant)
     target = model_dir(variant, seed, cache_dir)
     announce = f"building the tiny {variant!r} model (one time, cached in {target})"
-    return build_once(target.parent, target.name,
-                      lambda tmp: build_model(settings, seed, tmp, progress=progress, threads=threads, announce=announce))
+    return build_cached(variant_settings(variant), seed, target, progress=progress, threads=threads, announce=announce)

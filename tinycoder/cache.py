@@ -8,7 +8,9 @@ prompt formats, so a change to any of them builds a new model instead of reusing
 A build runs in a temporary directory beside the target and is renamed into place only when it
 is complete (``rename`` is atomic on one file system), under an exclusive ``flock`` on
 ``<variant>-<key>.lock``: a second process waits for the first and then reuses its result, and
-a crashed build leaves no half-written model (the kernel drops the lock with the process).
+a crashed build leaves no half-written model (the kernel drops the lock with the process). The temporary
+directories of builds killed outright (SIGKILL, power loss) are removed by the next build under the lock, as are the
+``leftovers`` a caller names (a build's saved progress, ``tinycoder.progress``) once the model is in place.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 MANIFEST = "tinycoder.json"
 
@@ -42,21 +44,25 @@ def is_complete(path: Path) -> bool:
     return (path / MANIFEST).is_file()
 
 
-def build_once(root: Path, name: str, build: Callable[[Path], None]) -> Path:
+def build_once(root: Path, name: str, build: Callable[[Path], None], leftovers: Sequence[Path] = ()) -> Path:
     """``root/name``, calling ``build(tmp_dir)`` to create it unless it already exists.
 
     ``build`` must write the manifest last. Concurrent callers serialise on a lock file; whoever
-    comes second finds the finished directory and returns it.
+    comes second finds the finished directory and returns it. ``leftovers``: paths removed under the
+    lock once the model is in place (also when an earlier caller put it there).
     """
     target = root / name
-    if is_complete(target):
+    if is_complete(target) and not any(p.exists() for p in leftovers):
         return target
     root.mkdir(parents=True, exist_ok=True)
     with open(root / f"{name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if is_complete(target):
+                _remove(leftovers)
                 return target
+            for stale in root.glob(f".{name}.building-*"):  # only builds under this lock write these: dead ones
+                shutil.rmtree(stale, ignore_errors=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{name}.building-", dir=root))
             try:
                 build(tmp)
@@ -68,6 +74,15 @@ def build_once(root: Path, name: str, build: Callable[[Path], None]) -> Path:
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
+            _remove(leftovers)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return target
+
+
+def _remove(paths: Sequence[Path]) -> None:
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import ast
 import random
-from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Protocol, Sequence
 
 from tinycoder.programs import Program, ShapeRange, generate_program, random_args, simple_args
 from verifier.sandbox import ExecResult, Status
@@ -52,6 +52,18 @@ class VerifiedProgram:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     trace: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form (a build's saved corpus, ``tinycoder.progress``); :meth:`from_dict` reads it back equal."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "VerifiedProgram":
+        """The inverse of :meth:`to_dict` (JSON lists back to the tuples the dataclasses hold)."""
+        p = data["program"]
+        program = Program(source=p["source"], arg_types=tuple(p["arg_types"]), phases=tuple(p["phases"]),
+                          message=p["message"], results=tuple(p["results"]))
+        return cls(program, tuple(data["inputs"]), tuple(data["outputs"]), tuple(data["trace"]))
 
 
 class Executor(Protocol):
@@ -133,7 +145,48 @@ def _trace_lines(program: Program, result: ExecResult) -> tuple[str, ...]:
     return lines if sum(len(line) for line in lines) <= 80 else ()
 
 
-def build_corpus(executor: Executor, settings: CorpusSettings, seed: int) -> list[VerifiedProgram]:
-    """Draw programs with ``random.Random(seed)`` and keep those the verifier runs (deterministic)."""
+@dataclass(frozen=True)
+class PartialCorpus:
+    """A corpus verified up to draft ``drafts_done`` (of ``build_corpus``'s drafts, in order): the programs kept so
+    far and the state of the random generator that decides which constant programs stay (issue 64: a build saves it
+    and resumes the corpus there)."""
+
+    drafts_done: int
+    kept: tuple[VerifiedProgram, ...]
+    rng_state: tuple[Any, ...]
+
+
+def build_corpus(
+    executor: Executor,
+    settings: CorpusSettings,
+    seed: int,
+    *,
+    chunk: int | None = None,
+    resume: PartialCorpus | None = None,
+    on_chunk: Callable[[PartialCorpus], None] | None = None,
+) -> list[VerifiedProgram]:
+    """Draw programs with ``random.Random(seed)`` and keep those the verifier runs (deterministic).
+
+    ``chunk``: verify that many drafts at a time (all at once when None) and hand each chunk's :class:`PartialCorpus`
+    to ``on_chunk`` (not after the last); ``resume``: continue from one. The drafts are drawn again (a few seconds)
+    and the generator deciding on constant programs is consumed in draft order, so any chunking, resumed or not,
+    keeps the programs one call over all drafts keeps.
+    """
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk must be >= 1 or None, got {chunk}")
     rng = random.Random(seed)
-    return verify_programs(executor, draw_programs(settings, rng), settings, rng)
+    drafts = draw_programs(settings, rng)
+    kept: list[VerifiedProgram] = []
+    at = 0
+    if resume is not None:
+        if not 0 <= resume.drafts_done <= len(drafts):
+            raise ValueError(f"cannot resume a corpus of {len(drafts)} drafts at draft {resume.drafts_done}")
+        at, kept = resume.drafts_done, list(resume.kept)
+        rng.setstate(resume.rng_state)
+    size = chunk or max(1, len(drafts))
+    while at < len(drafts):
+        kept += verify_programs(executor, drafts[at:at + size], settings, rng)
+        at = min(at + size, len(drafts))
+        if on_chunk is not None and at < len(drafts):
+            on_chunk(PartialCorpus(at, tuple(kept), rng.getstate()))
+    return kept

@@ -14,6 +14,10 @@ the ``default`` variant uses 1) it is the mean over the N completion tokens and 
 weight > 0 also teaches the programs, inputs and outputs the prompts show, at no extra cost but the LM head on
 those positions. The LM head runs only on positions of weight > 0, which saves most of its cost when
 the prompts are not predicted.
+
+Resumable (issue 64): ``train`` can hand a :class:`TrainState` (everything the remaining steps depend on) to a
+``save`` callback every so often (:class:`SavePolicy`) and continue from one (``resume=``); continued with the same
+torch thread count it takes exactly the steps an uninterrupted run takes, to the last bit.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -172,6 +176,53 @@ def cpu_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+@dataclass
+class TrainState:
+    """What the remaining steps of a training run depend on, after ``step`` optimizer steps (issue 64).
+
+    The learning-rate schedule is a function of the step (``lr_at``), so the step is its whole state; the data order
+    is the Python RNG's state (``random.Random.getstate()``) plus the batches of the current epoch not yet trained
+    (``queue``, trained from its end). ``threads`` and ``train_s`` (seconds the kept steps took) are recorded, not
+    restored: another thread count continues correctly, but not to the same last bits.
+    Every field is a tensor or a plain Python value, so ``torch.load(weights_only=True)`` reads a saved one back.
+    """
+
+    step: int
+    losses: list[float]
+    data_rng: tuple[Any, ...]
+    queue: list[list[int]]
+    torch_rng: torch.Tensor
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    threads: int
+    train_s: float
+
+
+@dataclass(frozen=True)
+class SavePolicy:
+    """When ``train`` saves: after every ``every_steps`` steps (when set) and whenever ``every_s`` seconds have passed
+    since the last save (or the start); never after the last step (the finished model is written instead). A build
+    also saves its corpus after every ``corpus_chunk`` programs verified (``tinycoder.corpus.build_corpus``)."""
+
+    every_s: float = 120.0
+    every_steps: int | None = None
+    corpus_chunk: int = 4000
+
+    def __post_init__(self) -> None:
+        if self.every_s <= 0:
+            raise ValueError(f"SavePolicy.every_s must be > 0, got {self.every_s}")
+        if self.every_steps is not None and self.every_steps < 1:
+            raise ValueError(f"SavePolicy.every_steps must be >= 1 or None, got {self.every_steps}")
+        if self.corpus_chunk < 1:
+            raise ValueError(f"SavePolicy.corpus_chunk must be >= 1, got {self.corpus_chunk}")
+
+    def due(self, steps_done: int, total_steps: int, since_save_s: float) -> bool:
+        if steps_done >= total_steps:
+            return False
+        by_steps = self.every_steps is not None and steps_done % self.every_steps == 0
+        return by_steps or since_save_s >= self.every_s
+
+
 def train(
     model: Qwen2ForCausalLM,
     data: Sequence[Encoded],
@@ -181,22 +232,44 @@ def train(
     progress: bool = True,
     on_step: Callable[[int, float], None] | None = None,
     threads: int | None = None,
+    resume: TrainState | None = None,
+    save: Callable[[TrainState], None] | None = None,
+    save_policy: SavePolicy = SavePolicy(),
 ) -> list[float]:
-    """Train ``model`` in place for ``settings.steps`` steps; returns the loss of every step.
+    """Train ``model`` in place for ``settings.steps`` steps; returns the loss of every step (earlier runs' included
+    when resumed).
 
     ``threads``: torch CPU threads (default: the cores this process may use).
+    ``resume``: continue from this state (its model, optimizer, step, losses, data order and torch RNG replace the
+    fresh ones) instead of step 0. ``save``: called with the current :class:`TrainState` when ``save_policy`` says
+    so; it must write the state before returning (the tensors are the live ones, not copies).
     """
     if not data:
         raise ValueError("no training examples (all longer than max_len?)")
     precision = resolve_precision(settings).precision
-    torch.set_num_threads(threads or cpu_threads())
+    threads = threads or cpu_threads()
+    torch.set_num_threads(threads)
     rng = random.Random(seed)
     opt = make_optimizer(model, settings)
-    model.train()
     losses: list[float] = []
     queue: list[list[int]] = []
-    bar = tqdm(total=settings.steps, desc="tiny-coder", unit="step", file=sys.stderr, disable=not progress, mininterval=2.0)
-    for step in range(settings.steps):
+    start, earlier_s = 0, 0.0
+    if resume is not None:
+        if not 0 <= resume.step <= settings.steps:
+            raise ValueError(f"cannot resume at step {resume.step} of a {settings.steps}-step run")
+        model.load_state_dict(resume.model)
+        opt.load_state_dict(resume.optimizer)
+        rng.setstate(resume.data_rng)
+        queue = [list(batch) for batch in resume.queue]
+        if any(not 0 <= i < len(data) for batch in queue for i in batch):
+            raise ValueError("the saved data order indexes examples these data do not have")
+        torch.set_rng_state(resume.torch_rng)
+        start, earlier_s, losses = resume.step, resume.train_s, list(resume.losses)
+    model.train()
+    bar = tqdm(total=settings.steps, initial=start, desc="tiny-coder", unit="step", file=sys.stderr,
+               disable=not progress, mininterval=2.0)
+    began = last_save = time.perf_counter()
+    for step in range(start, settings.steps):
         if not queue:
             queue = make_batches(data, settings.batch_tokens, rng)
         ids, attn, target = collate(data, queue.pop(), pad_id, settings.prompt_loss_weight)
@@ -208,6 +281,12 @@ def train(
         bar.update(1)
         if step % 10 == 0:
             bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}")
+        now = time.perf_counter()
+        if save is not None and save_policy.due(step + 1, settings.steps, now - last_save):
+            save(TrainState(step=step + 1, losses=list(losses), data_rng=rng.getstate(), queue=[list(b) for b in queue],
+                            torch_rng=torch.get_rng_state(), model=model.state_dict(), optimizer=opt.state_dict(),
+                            threads=threads, train_s=earlier_s + now - began))
+            last_save = time.perf_counter()
     bar.close()
     model.eval()
     return losses
