@@ -297,7 +297,7 @@ def test_an_actor_killed_by_rays_memory_monitor_is_recovered(tmp_path):
     threshold = (memory.total - memory.available + margin) / memory.total
     env = launch_env({"RAY_memory_usage_threshold": f"{threshold:.4f}", "RAY_memory_monitor_refresh_ms": "100"})
     run_dir = tmp_path / "run"
-    driver = subprocess.Popen([sys.executable, "launch.py", "--run-dir", str(run_dir), *BASE_SHORT, "run.steps=8",
+    driver = subprocess.Popen([sys.executable, "launch.py", "--run-dir", str(run_dir), *BASE_SHORT, "run.steps=20",
                                "run.max_recoveries=3", "run.cluster_wait_s=90"], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     err: list[str] = []
@@ -313,12 +313,13 @@ def test_an_actor_killed_by_rays_memory_monitor_is_recovered(tmp_path):
         assert actors, "no actor processes found under the driver"
         alive = lambda: all(psutil.pid_exists(pid) for pid in actors)  # noqa: E731
         block = 2**30
-        while alive() and len(blocks) * block < most:
+        while alive() and driver.poll() is None and len(blocks) * block < most and psutil.virtual_memory().available > 3 * block:
             blocks.append(bytearray(block))
             blocks[-1][::4096] = b"\x01" * (block // 4096)  # touch every page: memory in use, not just reserved
         held = time.monotonic()
-        while alive() and time.monotonic() - held < 30:
+        while alive() and driver.poll() is None and time.monotonic() - held < 60:
             time.sleep(0.05)
+        assert driver.poll() is None, "the run ended before the memory monitor killed one of its actors"
         assert not alive(), f"the memory monitor killed no actor ({len(blocks)} GiB allocated)"
     finally:
         blocks.clear()  # free it: the run waits for the memory to go before it restarts its actors
@@ -332,6 +333,6 @@ def test_an_actor_killed_by_rays_memory_monitor_is_recovered(tmp_path):
     recovered = text.split("recovered (1 of at most 3)")
     assert len(recovered) == 2 and "(OutOfMemoryError)" in recovered[1].splitlines()[0]
     run = RunDirectory(run_dir)
-    assert [r["step"] for r in run.read_metrics()] == list(range(1, 9))
+    assert [r["step"] for r in run.read_metrics()] == list(range(1, 21))
     recoveries = run.read_events("recovery")
     assert len(recoveries) == 1 and "OutOfMemoryError" in recoveries[0]["error"] and "memory_kill" in recoveries[0]

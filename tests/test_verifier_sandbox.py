@@ -441,17 +441,20 @@ def test_os_layer_memory_bomb(os_layer):
 
 
 def test_concurrent_callers(verifier):
+    """Eight threads at once, each with programs of its own to compile (CPython 3.11's parser is not safe for
+    threads parsing at once: the verifier serialises its own parsing)."""
     results: dict[int, list[ExecResult]] = {}
 
     def call(k: int) -> None:
-        results[k] = verifier.execute_many([("def f(a):\n    return a * 3", str(k * 100 + i)) for i in range(10)])
+        results[k] = verifier.execute_many([(f"def f(a):\n    return [a * 3, {k}, {i}][0]", str(k * 100 + i))
+                                            for i in range(10)])
 
-    threads = [threading.Thread(target=call, args=(k,)) for k in range(4)]
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    for k in range(4):
+    for k in range(8):
         assert [r.output for r in results[k]] == [str(3 * (k * 100 + i)) for i in range(10)]
 
 

@@ -140,6 +140,10 @@ def probe_report(message: Any) -> dict[str, Any]:
 
 
 _SECCOMP: tuple[str | None, str] | None = None
+# CPython 3.11's parser keeps the depth of the AST it builds in state shared between threads: two threads parsing
+# at once can fail with "SystemError: AST constructor recursion depth mismatch". The caller-side parsing of a batch
+# (compiling programs, reading arguments and outputs) takes this lock; the runs themselves do not.
+_PARSING = threading.Lock()
 
 
 def seccomp_program() -> tuple[str | None, str]:
@@ -529,6 +533,25 @@ class Verifier:
         if not isinstance(repeats, int) or repeats < 1:
             raise ValueError(f"repeats must be a positive int, got {repeats!r}")
         items = list(items)
+        with _PARSING:
+            results, payloads = self._prepare(items)
+        todo = list(payloads)
+        requests = [self._request(*payloads[i]) for i in todo for _ in range(repeats)]
+        runs = self._run(requests) if requests else []
+        checked: dict[str, str | None] = {}
+        with _PARSING:
+            for k, run in enumerate(runs):
+                if run.ok:
+                    if run.output not in checked:
+                        checked[run.output] = output_problem(run.output)
+                    if checked[run.output]:
+                        runs[k] = ExecResult(Status.BAD_OUTPUT, None, checked[run.output], run.wall_s)
+        for k, i in enumerate(todo):
+            results[i] = combine_runs(runs[k * repeats : (k + 1) * repeats])
+        return results  # type: ignore[return-value]
+
+    def _prepare(self, items: list[Any]) -> tuple[list[ExecResult | None], dict[int, tuple[str, str]]]:
+        """A verdict for each call that cannot run, and the payloads of the others, by index."""
         results: list[ExecResult | None] = [self._precheck(item) for item in items]
         programs: dict[str, Prepared] = {}
         payloads: dict[int, tuple[str, str]] = {}
@@ -547,19 +570,7 @@ class Verifier:
                 results[i] = ExecResult(Status(values.status), None, values.error)
                 continue
             payloads[i] = (code.payload, values.payload)
-        todo = list(payloads)
-        requests = [self._request(*payloads[i]) for i in todo for _ in range(repeats)]
-        runs = self._run(requests) if requests else []
-        checked: dict[str, str | None] = {}
-        for k, run in enumerate(runs):
-            if run.ok:
-                if run.output not in checked:
-                    checked[run.output] = output_problem(run.output)
-                if checked[run.output]:
-                    runs[k] = ExecResult(Status.BAD_OUTPUT, None, checked[run.output], run.wall_s)
-        for k, i in enumerate(todo):
-            results[i] = combine_runs(runs[k * repeats : (k + 1) * repeats])
-        return results  # type: ignore[return-value]
+        return results, payloads
 
     def _run(self, requests: list[dict]) -> list[ExecResult]:
         """Run ``requests`` on the fork servers: exactly one verdict per request, in order.

@@ -7,6 +7,7 @@ then hides the points the earlier session wrote at that step and after, so each 
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping, Sequence
 
 from reporting.tracking import SAMPLE_COLUMNS, TrackingContext
@@ -38,8 +39,15 @@ class TensorBoardTracker:
         self.writer = self._writer(context.start_step)
 
     def _writer(self, purge_step: int | None) -> Any:
+        """A new event file. TensorBoard reads a directory's files in name order, and a file's name is the second
+        it was made, the host, the pid and a per-process counter, compared as text (".10" before ".9"): a purging
+        file made in the same second as the one before it could be read first, so it waits for the next second
+        (only a rewind does, once)."""
         from torch.utils.tensorboard import SummaryWriter
 
+        while int(time.time()) <= getattr(self, "created", -1):
+            time.sleep(0.05)
+        self.created = int(time.time())
         return SummaryWriter(str(self.directory), purge_step=purge_step)
 
     def _at(self, step: int) -> None:
