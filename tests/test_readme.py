@@ -83,7 +83,7 @@ def test_the_test_command_is_the_one_ci_runs():
 
 
 @pytest.mark.parametrize("argv", [c for c in COMMANDS if c[0] == "launch.py"], ids=lambda c: " ".join(c)[:60])
-def test_every_launch_command_parses_and_its_config_loads(argv, tmp_path, monkeypatch):
+def test_every_launch_command_parses_and_its_config_loads(argv, monkeypatch):
     monkeypatch.chdir(ROOT)  # as a user runs them: from the checkout (nothing is created)
     monkeypatch.setenv("POPULORA_MODEL", "/models/Qwen2.5-7B")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import time
 
 import psutil
@@ -23,7 +22,7 @@ import pytest
 from verifier import ExecResult, Status, Verifier
 from verifier.frames import HEADER_BYTES, KINDS, MAX_ERROR_BYTES, decode, encode, frame_bound
 from verifier.sandbox import probe_report, result_of
-from fork_servers import real_servers, zygotes
+from fork_servers import zygotes
 
 IS_ROOT = os.geteuid() == 0
 NOBODY = 65534
@@ -371,7 +370,7 @@ def test_seeded_fuzz_of_the_result_channel(posture, guards):
         assert time.monotonic() - started < 30
 
 
-def test_a_probe_frame_needs_a_probe_request(monkeypatch):
+def test_a_probe_frame_needs_a_probe_request():
     """The server answers a probe only for a probe request; a program's probe frame is refused even
     when the program is alone (the report ``defences()`` reads came from the real probe)."""
     with Verifier(timeout_s=2.0, workers=1) as v:
