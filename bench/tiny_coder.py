@@ -49,6 +49,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,6 +97,23 @@ class Outcome:
     structures: list[str] = field(default_factory=list)
     rollouts: dict[str, int] = field(default_factory=dict)
     solved: dict[str, int] = field(default_factory=dict)
+    tasks_judged: int = 0  # valid tasks the students tried
+    tasks_unsolved: int = 0  # ... of which no rollout solved
+
+    def merge(self, other: "Outcome") -> None:
+        """Pool ``other`` (another sampling seed's proposals and rollouts) into this outcome."""
+        for mine, theirs in ((self.proposals, other.proposals), (self.rollouts, other.rollouts), (self.solved, other.solved)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0) + v
+        for k, v in other.valid.items():
+            self.valid.setdefault(k, []).extend(v)
+        self.structures.extend(other.structures)
+        self.tasks_judged += other.tasks_judged
+        self.tasks_unsolved += other.tasks_unsolved
+
+    def unsolved_share(self) -> float | None:
+        """Valid tasks that none of their k rollouts solved / valid tasks tried (issue 64's gate: <= 0.20)."""
+        return self.tasks_unsolved / self.tasks_judged if self.tasks_judged else None
 
     def valid_rate(self) -> float:
         total = sum(self.proposals.values())
@@ -163,9 +181,53 @@ def solve(engine, verifier: Verifier, tasks: dict[str, list[Task]], s: Sampling,
         return
     answers = generate(engine, [student_prompt(t) for t in flat], s, s.rollouts_k, rng.randrange(2**30))
     items = [(t, a) for t, group in zip(flat, answers) for a in group]
-    for (task, _), judgement in zip(items, judge_answers(verifier, items)):
+    solved_any = [False] * len(flat)
+    owners = [i for i, group in enumerate(answers) for _ in group]
+    for (task, _), owner, judgement in zip(items, owners, judge_answers(verifier, items)):
         out.rollouts[task.family] = out.rollouts.get(task.family, 0) + 1
         out.solved[task.family] = out.solved.get(task.family, 0) + int(judgement.correct)
+        solved_any[owner] = solved_any[owner] or bool(judgement.correct)
+    out.tasks_judged += len(flat)
+    out.tasks_unsolved += solved_any.count(False)
+
+
+REGIME_GATE = {"valid_rate": (0.85, None), "unsolved_share": (None, 0.20), "solve_rate": (0.45, 0.70),
+               "held_out_probes": (0.35, None)}
+"""Issue 64's gate for a student strong enough for the paper's regime, fixed before any study: (min, max) each, on
+80 proposals a family, 3 sampling seeds, k=4 rollouts, the compact prompt."""
+
+
+def regime_gate(out: Outcome, probes: dict[str, Any] | None) -> dict[str, Any]:
+    """Each of :data:`REGIME_GATE`'s numbers with whether it holds (None: not measured), and ``holds`` for all."""
+    values = {"valid_rate": out.valid_rate(), "unsolved_share": out.unsolved_share(), "solve_rate": out.solve_rate(),
+              "held_out_probes": None if probes is None else probes["solve_rate"]}
+    checks = {}
+    for name, (low, high) in REGIME_GATE.items():
+        v = values[name]
+        checks[name] = {"value": _round(v), "min": low, "max": high,
+                        "holds": None if v is None else (low is None or v >= low) and (high is None or v <= high)}
+    verdicts = [c["holds"] for c in checks.values()]
+    return {**checks, "holds": None if None in verdicts else all(verdicts)}
+
+
+def held_out_probes(engine, verifier: Verifier, path: Path, args: argparse.Namespace, s: Sampling) -> dict[str, Any]:
+    """The students' solve rate on the dynamics study's held-out probe tasks (``studies.learning.probe_tasks``: a
+    generator seed no build uses, less the model's seed tasks), ``--probe-samples`` answers each, per task seeded."""
+    from studies.learning import probe_tasks, task_scores
+
+    tasks = probe_tasks(path, args.probes, 4, verifier)
+    scores = task_scores(engine, None, tasks, args.probe_samples, s.temperature, s.max_tokens, verifier)
+    out: dict[str, Any] = {"solve_rate": round(sum(scores) / (len(tasks) * args.probe_samples), 3),
+                           "tasks": len(tasks), "samples": args.probe_samples}
+    if args.train_corpus is not None:
+        with args.train_corpus.open() as handle:
+            trained_on = {json.loads(line)["program"]["source"] for line in handle}
+        out["tasks_whose_program_was_trained_on"] = sum(t.program in trained_on for t in tasks)
+    return out
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def random_init_copy(path: Path, dest: Path, seed: int) -> Path:
@@ -286,6 +348,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-proposals", type=int, default=10, help="random-init proposals per family")
     parser.add_argument("--fresh", action="store_true", help="build into a temporary cache and time the build")
     parser.add_argument("--sample-seed", type=int, default=1234)
+    parser.add_argument("--sample-seeds", help="comma-separated sampling seeds, pooled (issue 64's gate: 1234,1,2)")
+    parser.add_argument("--probes", type=int, default=0, help="held-out probe tasks (studies.learning's set; 0: none)")
+    parser.add_argument("--probe-samples", type=int, default=4, help="answers per probe task")
+    parser.add_argument("--model-dir", type=Path, help="bench this model directory (e.g. a `python -m tinycoder "
+                        "snapshot`) instead of the variant's build")
+    parser.add_argument("--train-corpus", type=Path, help="a build's corpus.jsonl: report how many probe programs it holds")
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "tiny.yaml",
                         help="the run whose sampling settings to use")
     parser.add_argument("--cache-dir", type=Path, help="with --fresh: build into (and keep) this cache root, "
@@ -307,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cache_dir is not None and not args.fresh:
         parser.error("--cache-dir needs --fresh")
     s = Sampling.of_run(args.config)
+    sample_seeds = [int(x) for x in args.sample_seeds.split(",")] if args.sample_seeds else [args.sample_seed]
     load_before = os.getloadavg()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-tiny-coder-"))
@@ -314,32 +383,47 @@ def main(argv: list[str] | None = None) -> int:
         cache_dir = (args.cache_dir or tmp / "cache") if args.fresh else None
         if args.fresh and (model_dir(args.variant, args.seed, cache_dir) / MANIFEST).is_file():
             parser.error(f"--fresh: {cache_dir} already holds the model; give an empty --cache-dir")
-        cached = (model_dir(args.variant, args.seed, cache_dir) / MANIFEST).is_file()
-        t0 = time.perf_counter()
-        path = ensure_model(args.variant, args.seed, cache_dir=cache_dir)
-        built_here = not cached
-        manifest = json.loads((path / MANIFEST).read_text())
-        build_minutes = (time.perf_counter() - t0) / 60 if built_here else manifest["build_s"] / 60
-        log(f"model {path} ({'built now' if built_here else 'cached; build time from its manifest'}: {build_minutes:.1f} min)")
+        if args.model_dir is not None:
+            path, built_here = args.model_dir, False
+            manifest = json.loads((path / MANIFEST).read_text())
+            build_minutes = manifest.get("build_s", manifest.get("train_s", 0.0)) / 60
+            log(f"model {path} (given; {'a training save at step ' + str(manifest['step']) if 'step' in manifest else 'a build'})")
+        else:
+            cached = (model_dir(args.variant, args.seed, cache_dir) / MANIFEST).is_file()
+            t0 = time.perf_counter()
+            path = ensure_model(args.variant, args.seed, cache_dir=cache_dir)
+            built_here = not cached
+            manifest = json.loads((path / MANIFEST).read_text())
+            build_minutes = (time.perf_counter() - t0) / 60 if built_here else manifest["build_s"] / 60
+            log(f"model {path} ({'built now' if built_here else 'cached; build time from its manifest'}: {build_minutes:.1f} min)")
 
-        rng = random.Random(args.sample_seed)
-        trained = Outcome()
+        trained, per_seed = Outcome(), []
         with Verifier() as verifier:
             engine = make_engine("hf", path, max_adapters=1, max_lora_rank=8)
-            t0 = time.perf_counter()
-            propose(engine, verifier, args.proposals, s, rng, trained)
-            log(f"proposals: valid {trained.valid_rate():.2f} ({time.perf_counter() - t0:.0f} s)")
-            t0 = time.perf_counter()
-            solve(engine, verifier, trained.valid, s, rng, trained)
-            log(f"students: solve {trained.solve_rate()} ({time.perf_counter() - t0:.0f} s)")
+            for sample_seed in sample_seeds:
+                rng = random.Random(sample_seed)
+                one = Outcome()
+                t0 = time.perf_counter()
+                propose(engine, verifier, args.proposals, s, rng, one)
+                solve(engine, verifier, one.valid, s, rng, one)
+                log(f"sampling seed {sample_seed}: valid {one.valid_rate():.3f}, solve {one.solve_rate()}, "
+                    f"unsolved valid tasks {one.unsolved_share()} ({time.perf_counter() - t0:.0f} s)")
+                per_seed.append({"sample_seed": sample_seed, "valid_rate": round(one.valid_rate(), 3),
+                                 "solve_rate": _round(one.solve_rate()), "unsolved_share": _round(one.unsolved_share())})
+                trained.merge(one)
+            probes = held_out_probes(engine, verifier, path, args, s) if args.probes > 0 else None
+            if probes is not None:
+                log(f"held-out probes: {probes['solve_rate']} ({probes['tasks']} tasks x {probes['samples']})")
             engine.close()
 
             baseline = Outcome()
-            engine = make_engine("hf", random_init_copy(path, tmp / "random", args.seed + 1), max_adapters=1, max_lora_rank=8)
-            propose(engine, verifier, args.baseline_proposals, s, rng, baseline)
-            solve(engine, verifier, trained.valid, s, rng, baseline)
-            engine.close()
-            log(f"random init: valid {baseline.valid_rate():.2f}, solve {baseline.solve_rate()}")
+            if args.baseline_proposals > 0:
+                rng = random.Random(sample_seeds[0])
+                engine = make_engine("hf", random_init_copy(path, tmp / "random", args.seed + 1), max_adapters=1, max_lora_rank=8)
+                propose(engine, verifier, args.baseline_proposals, s, rng, baseline)
+                solve(engine, verifier, trained.valid, s, rng, baseline)
+                engine.close()
+                log(f"random init: valid {baseline.valid_rate():.2f}, solve {baseline.solve_rate()}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -353,6 +437,12 @@ def main(argv: list[str] | None = None) -> int:
         "valid_rate": round(trained.valid_rate(), 3),
         "solve_rate": None if trained.solve_rate() is None else round(trained.solve_rate(), 3),
         "distinct_structures": None if trained.distinct_structures() is None else round(trained.distinct_structures(), 3),
+        "unsolved_share": _round(trained.unsolved_share()),
+        "held_out_probes": probes,
+        "regime_gate": regime_gate(trained, probes),
+        "per_sample_seed": per_seed,
+        "proposals_per_family": args.proposals,
+        "snapshot": {k: manifest.get(k) for k in ("step", "steps", "tokens_trained", "epochs", "loss_last_20")} if "step" in manifest else None,
         "build_minutes": round(build_minutes, 2),
         "build_measured_now": built_here,
         "build_threads": manifest.get("threads"),

@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from reporting.run_dir import RunDirectory
 from reporting.complexity_payoff import payoff_summary
 from reporting.study import COMPLEXITY, study_against, study_summary
+from studies.learning import PROBE_SET
 
 ARMS = ("population", "single")
 TRAINING_CODE = ("actors", "checkpoints", "configs", "evolution", "inference", "learners", "rollouts", "tinycoder",
@@ -223,10 +224,10 @@ def probe_scores(folder: Path, runs: dict[str, list[Path]], args: argparse.Names
     saved = {d: latest_checkpoint_step(d) for dirs in runs.values() for d in dirs}  # each checkpoint verified once
 
     def key_of(run_dir: Path, member: str) -> str:
-        return f"{run_dir.relative_to(folder)}:{saved[run_dir]}:{member}:{args.probes}x{args.samples}:per-task"
+        return f"{run_dir.relative_to(folder)}:{saved[run_dir]}:{member}:{args.probes}x{args.samples}:per-task:{PROBE_SET}"
 
     wanted = {arm: [(d, RunDirectory(d).final_adapters()) for d in dirs] for arm, dirs in runs.items()}
-    base_key = f"base:{args.probes}x{args.samples}:per-task"
+    base_key = f"base:{args.probes}x{args.samples}:per-task:{PROBE_SET}"
     missing = [(d, m, p) for arm in ARMS for d, students in wanted[arm] for m, p in students.items()
                if key_of(d, m) not in cache]
     if missing or base_key not in cache:

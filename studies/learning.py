@@ -33,7 +33,8 @@ from inference.requests import GenerationRequest
 from configs.loading import load_config
 from reporting.run_dir import RunDirectory
 from tinycoder import VARIANTS, ensure_model
-from tinycoder.corpus import CorpusSettings, build_corpus
+from tinycoder.cache import MANIFEST
+from tinycoder.corpus import CorpusSettings, build_corpus, corpus_settings_from_dict, drafted_sources
 from tinycoder.examples import f_task, io_task
 from verifier import Verifier
 from verifier.buffers import load_seed_file
@@ -49,9 +50,13 @@ def log(message: str) -> None:
 
 def generator_tasks(verifier: Verifier, count: int, n_inputs: int, seed: int, exclude: set[str], oversample: int = 3) -> list:
     """``count`` tasks, families in rotation, from the tiny model's program generator with ``seed``,
-    leaving out the programs in ``exclude`` (``oversample * count`` programs are drawn to have enough)."""
-    corpus = build_corpus(verifier, CorpusSettings(programs=count * oversample, inputs_per_program=n_inputs, min_inputs=n_inputs), seed)
-    corpus = [item for item in corpus if item.program.source not in exclude]
+    leaving out the programs in ``exclude`` (``oversample * count`` programs are drawn, doubled while too few are left)."""
+    while True:
+        settings = CorpusSettings(programs=count * oversample, inputs_per_program=n_inputs, min_inputs=n_inputs)
+        corpus = [item for item in build_corpus(verifier, settings, seed) if item.program.source not in exclude]
+        if len(corpus) >= count or oversample >= 48:
+            break
+        oversample *= 2
     random.Random(seed).shuffle(corpus)
     families = ("code_o", "code_i", "code_f")
     tasks = []
@@ -61,10 +66,27 @@ def generator_tasks(verifier: Verifier, count: int, n_inputs: int, seed: int, ex
     return tasks
 
 
-def probe_tasks(model_dir: Path, count: int, n_inputs: int, verifier: Verifier) -> list:
-    """``count`` held-out tasks from a generator seed no training data uses, none of the model's seed tasks."""
+PROBE_SET = "heldout-v2"
+"""Names the probe set's rule in cache keys (``studies.dynamics``): v2 leaves out every program the model's build
+drafted. v1 (issue 64 found) left out only the model's seed tasks, and 39 of the 360 programs it drew for 120 probes
+were drafts of the default's build (87 of the ``stronger-large`` build's)."""
+
+
+def trained_programs(model_dir: Path) -> set[str]:
+    """The programs the build of ``model_dir`` drafted (its manifest's corpus settings and seed; a training save's
+    snapshot records them too) and its seed tasks: none of them is held out."""
     seen = {t.program for t in load_seed_file(model_dir / "tasks.jsonl")} if (model_dir / "tasks.jsonl").is_file() else set()
-    return generator_tasks(verifier, count, n_inputs, PROBE_SEED, seen)
+    manifest = model_dir / MANIFEST
+    if manifest.is_file():
+        built = json.loads(manifest.read_text())
+        seen |= drafted_sources(corpus_settings_from_dict(built["settings"]["corpus"]), built["seed"])
+    return seen
+
+
+def probe_tasks(model_dir: Path, count: int, n_inputs: int, verifier: Verifier) -> list:
+    """``count`` held-out tasks from a generator seed no build uses, none of them a program the model's build drafted
+    or one of its seed tasks (:func:`trained_programs`)."""
+    return generator_tasks(verifier, count, n_inputs, PROBE_SEED, trained_programs(Path(model_dir)))
 
 
 def task_scores(engine, adapter: str | None, tasks: list, samples: int, temperature: float, max_tokens: int,

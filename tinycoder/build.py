@@ -152,11 +152,7 @@ def build_model(
                    resume=resume.train, save=None if saves is None else saves.save_train, save_policy=save_policy)
     timings["train_s"] = time.perf_counter() - t0
 
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.bos_token_id = tokenizer.bos_token_id
-    model.save_pretrained(out_dir)
-    _write_seed_tasks(corpus, settings.seed_tasks, out_dir / "tasks.jsonl", random.Random(seed + 2))
+    write_model(model, tokenizer, corpus, settings, seed, out_dir)
     manifest = {
         "name": "tiny-coder",
         "seed": seed,
@@ -202,6 +198,17 @@ def build_cached(
                       lambda tmp: build_model(settings, seed, tmp, progress=progress, threads=threads, announce=announce,
                                               save_dir=save_dir, save_policy=save_policy),
                       leftovers=(save_dir,))
+
+
+def write_model(model: torch.nn.Module, tokenizer: Any, corpus: list[VerifiedProgram], settings: BuildSettings,
+                seed: int, out_dir: Path) -> None:
+    """The weights (with the tokenizer's special ids in the generation config) and the seed tasks into ``out_dir``,
+    which holds the tokenizer's files and ``config.json`` already: the trained model directory, less its manifest."""
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    model.save_pretrained(out_dir)
+    _write_seed_tasks(corpus, settings.seed_tasks, out_dir / "tasks.jsonl", random.Random(seed + 2))
 
 
 def _write_seed_tasks(corpus: list[VerifiedProgram], count: int, path: Path, rng: random.Random) -> None:

@@ -78,6 +78,17 @@ def make_batches(data: Sequence[Encoded], batch_tokens: int, rng: random.Random)
     return batches
 
 
+def tokens_trained(data: Sequence[Encoded], batch_tokens: int, seed: int, steps: int) -> int:
+    """The (unpadded) tokens of the batches the first ``steps`` steps of :func:`train` draw: its data order replayed
+    (``random.Random(seed)``, an epoch's :func:`make_batches` popped from the end)."""
+    rng, queue, total = random.Random(seed), [], 0
+    for _ in range(steps):
+        if not queue:
+            queue = make_batches(data, batch_tokens, rng)
+        total += sum(len(data[i].ids) for i in queue.pop())
+    return total
+
+
 def collate(
     data: Sequence[Encoded], batch: list[int], pad_id: int, prompt_loss_weight: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
