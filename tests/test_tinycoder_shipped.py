@@ -98,3 +98,25 @@ def test_an_installed_read_only_package_uses_its_shipped_model_in_place(tmp_path
     assert found.returncode == 0, found.stderr[-2000:]
     assert Path(found.stdout.strip()) == target / "tinycoder" / "models" / "test"
     assert sorted(str(p) for p in target.rglob("*")) == before and not (tmp_path / "cache").exists()
+
+
+def test_a_variant_shipped_in_bf16_keeps_its_weights_rounded_and_loads_as_float32(tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from tinycoder import shipped
+
+    monkeypatch.setitem(shipped.STORAGE, "test", "bf16")
+    root = tmp_path / "models"
+    target = shipped.ship("test", SHIPPED_ROOT / "test", "this machine", "a test", root=root)
+    assert read_ship_manifest("test", root)["storage"] == "bf16"
+    before, after = load_file(SHIPPED_ROOT / "test" / "model.safetensors"), load_file(target / "model.safetensors")
+    assert before.keys() == after.keys() and all(t.dtype == torch.bfloat16 for t in after.values())
+    assert all(torch.equal(after[k], v.to(torch.bfloat16)) for k, v in before.items())
+    assert (target / "model.safetensors").stat().st_size < 0.55 * (SHIPPED_ROOT / "test" / "model.safetensors").stat().st_size
+    assert shipped_model("test", root=root) == (target, None)  # its checksums are the stored files'
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    weights = dict(model.named_parameters())
+    name = next(k for k in before if k in weights)
+    assert weights[name].dtype == torch.float32 and torch.equal(weights[name].data, before[name].to(torch.bfloat16).float())
