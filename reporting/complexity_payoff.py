@@ -1,13 +1,24 @@
 """What the teacher's reward pays for complexity: the direct test of "simpler pays", from ``proposals.jsonl``
-(``reporting.proposal_records``). Pure: numpy, no Ray.
+(``reporting.proposal_records``). Pure: numpy, and the learner's own advantage function (``learners.pg_loss``, torch)
+for the recomputed advantages rather than a second implementation of it; no Ray.
 
 For one run (one seed) and a window of steps:
 
 - **by complexity bin**: the proposals in bins of their program's lines of code (``invalid`` apart: an invalid
-  proposal has no program to measure), with the count, the mean reward and the mean advantage of each;
+  proposal has no program to measure), with the count, the mean reward, the mean advantage trained with and the
+  mean advantage with sequence weights of each;
 - **payoff slopes**: the OLS slope of the advantage on lines of code over the valid written programs (does a
   longer valid program earn more than a shorter one of the same member's group?), and of the advantage on the
   completion's tokens over every proposal (does writing more pay, once invalidity is counted?);
+- **the same slope without the arithmetic of token weights** (``advantage_per_line_sequence``): with token weights
+  (w_i = n_i) a valid program's advantage against the same partners shrinks as its own completion grows (in a
+  group of two, A_1 = (n_2 / (n_1 + n_2)) (r_1 - r_2) centred, sign(r_1 - r_2) sqrt(n_2 / n_1) whitened), and a
+  valid program's partners are on average worse (the invalid ones earn -1), so the trained-with
+  ``advantage_per_line`` falls with length even when the reward does not depend on it. Recomputed from the
+  records' rewards with every weight 1 (A_i = r_i - mean_g r, over the group's std when the run whitened), the
+  advantage is a function of the group's rewards alone, so its slope on lines of code is ~0 unless the reward
+  itself depends on length; ``reward_per_line``, the OLS slope of the raw reward on lines of code, says whether it
+  does (before any group baseline);
 - **pair shares**: where the teacher's advantage comes from. Within a group (step, member, family) with weights
   w_i (tokens or 1, ``rl.advantage_weighting``), W = sum w, the centred advantage is a sum over pairs:
 
@@ -31,6 +42,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from learners.pg_loss import group_normalised_advantages
 from reporting.report_trends import fit_line, t_quantile_975
 
 Records = list[dict[str, Any]]
@@ -54,13 +66,41 @@ def pair_class(a: dict[str, Any], b: dict[str, Any]) -> str:
     return "invalid_vs_valid" if "invalid" in kinds else "unsolved_vs_solved"
 
 
+def group_key(record: dict[str, Any]) -> tuple:
+    """The learner's advantage group of a teacher's proposal: (step, member, family); the role is the teacher's for
+    every record (``reporting.proposal_records``)."""
+    return record["step"], record["member"], record["family"]
+
+
+def trained(records: Records) -> Records:
+    """The records the learner trained on: those with an advantage (an empty completion has none)."""
+    return [r for r in records if r.get("advantage") is not None]
+
+
+def sequence_advantages(records: Records, whiten: bool) -> list[float]:
+    """Each of ``trained(records)``'s advantage recomputed with sequence weights, A_i = (r_i - mu_g) [/ sqrt(var_g +
+    eps) when ``whiten``], mu_g and var_g the unweighted mean and variance of its group's rewards: the learner's own
+    function (``learners.pg_loss.group_normalised_advantages``, ``weighting="sequence"``) over the learner's groups
+    (:func:`group_key`). In the order of ``trained(records)``."""
+    kept = trained(records)
+    if not kept:
+        return []
+    return group_normalised_advantages([float(r["reward"]) for r in kept], [group_key(r) for r in kept],
+                                       [int(r["completion_tokens"]) for r in kept], whiten=whiten,
+                                       weighting="sequence").tolist()
+
+
+def with_sequence_advantages(records: Records, whiten: bool) -> Records:
+    """``trained(records)``, each a copy with ``advantage_sequence`` (:func:`sequence_advantages`) added."""
+    return [{**r, "advantage_sequence": a} for r, a in zip(trained(records), sequence_advantages(records, whiten))]
+
+
 def pair_masses(records: Records, weighting: str = "token", whiten: bool = True, eps: float = 1e-6) -> dict[str, float]:
     """Per pair class the advantage mass its pairs move (module docstring), summed over every group of ``records``
     (records without an advantage, i.e. empty completions, are left out as the learner leaves them out)."""
     groups: dict[tuple, Records] = defaultdict(list)
-    for r in records:
-        if r.get("advantage") is not None:
-            groups[(r["step"], r["member"], r["family"])].append(r)
+    for r in trained(records):
+        groups[group_key(r)].append(r)
     mass = {c: 0.0 for c in PAIR_CLASSES}
     for group in groups.values():
         w = np.array([float(r["completion_tokens"]) if weighting == "token" else 1.0 for r in group])
@@ -92,24 +132,36 @@ def loc_bin(record: dict[str, Any]) -> str:
 
 def by_bin(records: Records) -> dict[str, dict[str, float]]:
     """Per lines-of-code bin (``invalid`` apart): ``n``, mean ``reward``, mean ``advantage`` (written programs and
-    invalid proposals; a valid code_f task's program is a buffer's, not the teacher's)."""
+    invalid proposals; a valid code_f task's program is a buffer's, not the teacher's), and the mean
+    ``advantage_sequence`` where the records carry it (:func:`with_sequence_advantages`)."""
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        if r.get("advantage") is not None and (r["written"] or not r["valid"]):
+    for r in trained(records):
+        if r["written"] or not r["valid"]:
             out[loc_bin(r)].append(r)
     return {b: {"n": len(rs), "reward": float(np.mean([r["reward"] for r in rs])),
-                "advantage": float(np.mean([r["advantage"] for r in rs]))} for b, rs in sorted(out.items())}
+                "advantage": float(np.mean([r["advantage"] for r in rs])),
+                **({"advantage_sequence": float(np.mean([r["advantage_sequence"] for r in rs]))}
+                   if all("advantage_sequence" in r for r in rs) else {})}
+            for b, rs in sorted(out.items())}
+
+
+SLOPES = ("advantage_per_line", "advantage_per_line_sequence", "reward_per_line", "advantage_per_100_tokens")
 
 
 def payoff_slopes(records: Records) -> dict[str, float | None]:
-    """``advantage_per_line``: OLS slope of the advantage on lines of code over valid written programs;
-    ``advantage_per_100_tokens``: of the advantage on completion tokens over every proposal (per 100 tokens)."""
-    written = [r for r in records if r.get("advantage") is not None and r["written"]]
-    every = [r for r in records if r.get("advantage") is not None]
-    out: dict[str, float | None] = {"advantage_per_line": None, "advantage_per_100_tokens": None}
+    """OLS slopes over the valid written programs, on their lines of code: ``advantage_per_line`` of the advantage
+    trained with, ``advantage_per_line_sequence`` of the advantage with sequence weights (where the records carry
+    it: :func:`with_sequence_advantages`), ``reward_per_line`` of the raw reward; and ``advantage_per_100_tokens``,
+    of the advantage trained with on completion tokens over every proposal (per 100 tokens)."""
+    written = [r for r in trained(records) if r["written"]]
+    every = trained(records)
+    out: dict[str, float | None] = dict.fromkeys(SLOPES)
     x = [float(r["loc"]) for r in written]
     if len(x) >= 3 and np.ptp(x) > 0:
         out["advantage_per_line"] = fit_line(x, [r["advantage"] for r in written]).slope
+        out["reward_per_line"] = fit_line(x, [r["reward"] for r in written]).slope
+        if all("advantage_sequence" in r for r in written):
+            out["advantage_per_line_sequence"] = fit_line(x, [r["advantage_sequence"] for r in written]).slope
     x = [float(r["completion_tokens"]) for r in every]
     if len(x) >= 3 and np.ptp(x) > 0:
         out["advantage_per_100_tokens"] = 100 * fit_line(x, [r["advantage"] for r in every]).slope
@@ -133,8 +185,10 @@ def seed_mean_ci(values: Sequence[float | None]) -> dict[str, Any]:
 
 def payoff_summary(runs: Sequence[Records], steps: int, weighting: str = "token", whiten: bool = True,
                    windows: int = 4) -> dict[str, Any]:
-    """One arm: per window of steps, the seed means (with t intervals) of the payoff slopes and the pair shares,
-    and the bins' reward and advantage (seed means)."""
+    """One arm: per window of steps, the seed means (with t intervals) of the payoff slopes (:data:`SLOPES`) and the
+    pair shares, and the bins' reward and advantages (seed means). The sequence-weighted advantages keep the runs'
+    own normalisation (``whiten``), so they differ from the trained-with ones by the weights alone."""
+    runs = [with_sequence_advantages(recs, whiten) for recs in runs]
     out = []
     for lo, hi in windows_of(steps, windows):
         per_seed = [[r for r in recs if lo <= r["step"] <= hi] for recs in runs]
@@ -144,11 +198,11 @@ def payoff_summary(runs: Sequence[Records], steps: int, weighting: str = "token"
         names = sorted({b for seed in bins for b in seed})
         out.append({
             "steps": [lo, hi],
-            **{k: seed_mean_ci([s[k] for s in slopes]) for k in ("advantage_per_line", "advantage_per_100_tokens")},
+            **{k: seed_mean_ci([s[k] for s in slopes]) for k in SLOPES},
             "pair_shares": {c: seed_mean_ci([s[c] if s else None for s in shares]) for c in PAIR_CLASSES},
             "bins": {b: {"n": int(sum(seed[b]["n"] for seed in bins if b in seed)),
-                         "reward": seed_mean_ci([seed[b]["reward"] if b in seed else None for seed in bins])["mean"],
-                         "advantage": seed_mean_ci([seed[b]["advantage"] if b in seed else None for seed in bins])["mean"]}
+                         **{k: seed_mean_ci([seed[b].get(k) if b in seed else None for seed in bins])["mean"]
+                            for k in ("reward", "advantage", "advantage_sequence")}}
                      for b in names},
         })
     return {"windows": out, "weighting": weighting, "whiten": whiten}

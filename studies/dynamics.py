@@ -23,12 +23,14 @@ Reports (``reporting.study``; the seed is the unit): per arm and metric the seed
 each seed's OLS slope per 100 steps and their mean with its t interval; the population - single slope difference per
 complexity metric (Welch; the primary claim); held-out probe solve rates of ``studies/learning.py``'s probe set (every
 population student, the weakest per seed, the single agent, the base), paired by task with a bootstrap over tasks and
-seeds; verdicts by one rule each way, and none quoted under 4 seeds an arm. ``--against DIR`` compares every arm's
+seeds (the weakest against the weakest of as many single-agent draws); coverage at an equal number of written
+programs; verdicts by one rule each way, and none quoted under 4 seeds an arm. ``--against DIR`` compares every arm's
 slopes with another kept study's (``reporting.study.study_against``: learned against its frozen control, one switch
-against its absence) under ``against`` in the JSON. ``reporting.complexity_payoff`` reads
-each run's ``proposals.jsonl``: per window of steps the mean reward and advantage by lines-of-code bin, the slope of
-the advantage on complexity, and the share of the teacher's advantage from invalid-vs-valid, unsolved-vs-solved and
-solved-vs-solved pairs. The figure ``DIR/dynamics.png`` draws complexity and solve rate over training for both arms
+against its absence; Welch, and paired by seed where both summaries name their seeds) under ``against`` in the JSON.
+``reporting.complexity_payoff`` reads each run's ``proposals.jsonl``: per window of steps the mean reward and
+advantage by lines-of-code bin, the slope of the advantage on lines of code as trained with and with sequence weights
+(token weights bias it negative by arithmetic) beside the raw reward's, and the share of the teacher's advantage
+from invalid-vs-valid, unsolved-vs-solved and solved-vs-solved pairs. The figure ``DIR/dynamics.png`` draws complexity and solve rate over training for both arms
 with seed bands. Last line: one JSON object with every slope, CI and claim verdict.
 
 Each run starts its own Ray cluster (``RAY_ADDRESS=local``) unless ``--ray-address`` names one, so a ``ray start``
@@ -275,6 +277,13 @@ def payoff(run_dirs: list[Path], steps: int) -> dict[str, Any]:
     return payoff_summary(records, steps, rl.advantage_weighting, rl.advantage_norm == "whiten")
 
 
+def plus_minus(value: dict[str, Any], digits: int = 2) -> str:
+    """"+m+-ci" of a report entry with ``mean`` or ``difference`` and ``ci`` (nan where either is None)."""
+    mean = value.get("mean", value.get("difference"))
+    ci = value.get("ci")
+    return f"{mean if mean is not None else math.nan:+.{digits}f}+-{ci if ci is not None else math.nan:.{digits}f}"
+
+
 def arm_overrides(arm: str, args: argparse.Namespace) -> list[str]:
     """The overrides one arm runs with: the shared ones, then the population's own."""
     return [*args.overrides, *(args.population_override if arm == "population" else [])]
@@ -350,7 +359,8 @@ def main() -> None:
 
     rows = {arm: [RunDirectory(d).read_metrics() for d in usable[arm]] for arm in ARMS}
     probes = probe_scores(folder, usable, args) if args.probes > 0 else None
-    summary = study_summary(rows["population"], rows["single"], probes)
+    seed_ids = {arm: [int(d.name.removeprefix("seed-")) for d in usable[arm]] for arm in ARMS}
+    summary = study_summary(rows["population"], rows["single"], probes, seed_ids)
     summary["complexity_payoff"] = {arm: payoff(usable[arm], args.steps) for arm in ARMS}
     from reporting.study_figure import draw_study
 
@@ -373,20 +383,37 @@ def main() -> None:
             + f" per 100 steps (seed means, t intervals); solve {m['solve_rate']['first']} -> {m['solve_rate']['last']}")
     inter = summary["comparisons"]["population_minus_single_complexity_slope"]
     log("population - single slope: " + ", ".join(
-        f"{k.removeprefix('program_')} {inter[k]['difference']:+.2f}+-{inter[k]['ci'] or math.nan:.2f}"
+        f"{k.removeprefix('program_')} {plus_minus(inter[k])}"
         for k in COMPLEXITY if inter[k]["difference"] is not None))
     for arm in ARMS:  # what the teacher's advantage paid for, first and last window
-        windows = summary["complexity_payoff"][arm].get("windows") or []
+        payoff_of = summary["complexity_payoff"][arm]
+        windows = payoff_of.get("windows") or []
         for window in (windows[:1] + windows[-1:]) if len(windows) > 1 else windows:
             shares = ", ".join(f"{k} {v['mean']:.2f}" for k, v in window["pair_shares"].items() if v["mean"] is not None)
-            per_line = window["advantage_per_line"]
+            rewards = ", ".join(f"{b} {v['reward']:+.2f} (n {v['n']})" for b, v in window["bins"].items()
+                                if v["reward"] is not None)
             log(f"{arm} steps {window['steps'][0]}-{window['steps'][1]}: advantage per line of code "
-                f"{per_line['mean'] if per_line['mean'] is not None else math.nan:+.3f}"
-                f"+-{per_line['ci'] if per_line['ci'] is not None else math.nan:.3f}; pair shares: {shares}")
+                f"{plus_minus(window['advantage_per_line'], 3)} trained with ({payoff_of['weighting']} weights), "
+                f"{plus_minus(window['advantage_per_line_sequence'], 3)} with sequence weights "
+                f"({'whitened' if payoff_of['whiten'] else 'centred'}); reward per line "
+                f"{plus_minus(window['reward_per_line'], 3)}; reward by lines of code: {rewards}; pair shares: {shares}")
+    comparisons = summary["comparisons"]
+    matched = comparisons["coverage_at_equal_programs"]
+    log(f"coverage at {matched['programs']} written programs (each arm): population {matched['a']:.1f}, "
+        f"single {matched['b']:.1f}, difference {plus_minus(matched)}; per written program (not a verdict: twice the "
+        f"programs, a concave count) {plus_minus(comparisons['coverage_per_program'], 4)}")
+    if "probe_weakest_member_minus_single_weakest_of_n" in comparisons:
+        weak, plain = comparisons["probe_weakest_member_minus_single_weakest_of_n"], comparisons["probe_weakest_member_minus_single"]
+        log(f"probes: weakest member {weak['a']:.3f} against the weakest of {weak['single_draws']} single-agent draws "
+            f"{weak['b']:.3f}, difference {weak['difference']:+.3f} [{weak['lo']:+.3f}, {weak['hi']:+.3f}] "
+            f"(against the single agent's one rate {plain['b']:.3f}: {plain['difference']:+.3f}, biased low)")
     for arm in ARMS if other is not None else ():
         diffs = summary["against"][arm]
         log(f"{arm} minus {args.against}: " + ", ".join(
-            f"{k.removeprefix('program_')} {d['difference']:+.2f}+-{d['ci'] if d['ci'] is not None else math.nan:.2f} ({d['verdict']})"
+            f"{k.removeprefix('program_')} {plus_minus(d)} ({d['verdict']}"
+            + (f"; paired by {len(d['paired']['seeds'])} seeds {plus_minus(d['paired'])}, slopes' correlation "
+               f"{d['paired']['correlation'] if d['paired']['correlation'] is not None else 'n/a'}"
+               if d.get("paired") else "") + ")"
             for k, d in diffs.items() if k in COMPLEXITY + ("solve_rate", "valid_rate")))
     log("verdicts: " + ", ".join(f"{k} {v}" for k, v in summary["verdicts"].items())
         + ("" if summary["powered"] else f" (under {summary['min_seeds']} seeds an arm: not quoted; computed: "

@@ -5,12 +5,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 
 from configs.schema import RLConfig
 from learners.data_parallel import step_targets
-from reporting.complexity_payoff import by_bin, pair_masses, pair_shares, payoff_slopes, payoff_summary, windows_of
+from learners.pg_loss import group_normalised_advantages
+from reporting.complexity_payoff import (
+    SLOPES,
+    by_bin,
+    pair_masses,
+    pair_shares,
+    payoff_slopes,
+    payoff_summary,
+    windows_of,
+    with_sequence_advantages,
+)
 from reporting.proposal_records import proposal_records
+from reporting.report_trends import fit_line
 from rollouts import Sample, learner_samples
 from verifier.tasks import Task
 
@@ -54,6 +66,71 @@ def test_bins_slopes_and_windows():
     summary = payoff_summary([recs, recs], steps=2, windows=1)
     window = summary["windows"][0]
     assert window["advantage_per_line"]["mean"] == pytest.approx(0.1) and window["advantage_per_line"]["ci"] == 0
+    assert set(SLOPES) <= set(window) and window["reward_per_line"]["mean"] == 0  # every valid reward 0.5
+    assert window["bins"]["invalid"]["reward"] == -1.0 and "advantage_sequence" in window["bins"]["3-4"]
+
+
+def test_sequence_advantages_are_the_unweighted_group_baseline():
+    """A_i = r_i - mean_g r with every weight 1 (centred), over the group's population std when whitened."""
+    rewards = [r["reward"] for r in GROUP]
+    centred = [r["advantage_sequence"] for r in with_sequence_advantages(GROUP, whiten=False)]
+    assert centred == pytest.approx([x - np.mean(rewards) for x in rewards], abs=1e-6)
+    whitened = [r["advantage_sequence"] for r in with_sequence_advantages(GROUP, whiten=True)]
+    assert whitened == pytest.approx(list(np.array(centred) / np.sqrt(np.var(rewards) + 1e-6)), abs=1e-5)
+    other = [{**r, "member": "t1"} for r in GROUP[:2]]  # another member's group: its own baseline
+    assert [r["advantage_sequence"] for r in with_sequence_advantages(other, whiten=False)] == pytest.approx([-0.5, 0.5])
+    no_completion = {**GROUP[0], "advantage": None}  # left out, as the learner leaves it out
+    assert len(with_sequence_advantages([no_completion, *GROUP[1:]], whiten=False)) == 3
+
+
+def synthetic_groups(groups: int, reward_per_line: float, whiten: bool, seed: int = 0) -> list[dict]:
+    """Groups of two proposals (one member, one family, one step each, as at ``tasks_per_teacher: 6``): 0.7 valid,
+    a valid one's tokens growing with its lines of code (1-10), its reward drawn from {0, 0.25, 0.5, 0.75} plus
+    ``reward_per_line`` per line; invalid ones -1. ``advantage`` is the learner's, token-weighted."""
+    rng = np.random.default_rng(seed)
+    recs = []
+    for g in range(groups):
+        for _ in range(2):
+            loc, valid = int(rng.integers(1, 11)), bool(rng.random() < 0.7)
+            tokens = int(30 + 10 * loc + rng.integers(0, 20)) if valid else int(rng.integers(40, 160))
+            reward = float(np.clip(rng.choice([0.0, 0.25, 0.5, 0.75]) + reward_per_line * (loc - 5.5), 0, 1)) if valid else -1.0
+            recs.append(record(valid, 0.5 if valid else None, reward, tokens, loc=loc, step=g + 1))
+    trained = group_normalised_advantages([r["reward"] for r in recs], [r["step"] for r in recs],
+                                          [r["completion_tokens"] for r in recs], whiten=whiten, weighting="token")
+    return [{**r, "advantage": a} for r, a in zip(recs, trained.tolist())]
+
+
+def slope_and_se(recs: list[dict], key: str) -> tuple[float, float]:
+    written = [r for r in recs if r["written"]]
+    fit = fit_line([r["loc"] for r in written], [r[key] for r in written])
+    return fit.slope, fit.slope_ci / fit.t
+
+
+@pytest.mark.parametrize("whiten", [False, True])
+def test_a_length_independent_reward_pays_nothing_per_line_with_sequence_weights(whiten):
+    """The arithmetic bias: 3,000 groups of two whose reward ignores length. The token-weighted advantage the learner
+    trains with falls with lines of code (a longer valid program takes a smaller share of its gap to a partner, who
+    is more often invalid); with sequence weights the slope is within 3 standard errors of 0 (~4,200 valid programs: a
+    standard error of ~0.002 centred, ~0.005 whitened: a true 0 lies inside 3 of them 997 times in 1,000)."""
+    recs = with_sequence_advantages(synthetic_groups(3000, 0.0, whiten), whiten)
+    slopes = payoff_slopes(recs)
+    trained, trained_se = slope_and_se(recs, "advantage")
+    sequence, sequence_se = slope_and_se(recs, "advantage_sequence")
+    assert slopes["advantage_per_line"] == pytest.approx(trained) and slopes["advantage_per_line_sequence"] == pytest.approx(sequence)
+    assert trained < -3 * trained_se  # the bias the sequence weights remove
+    assert abs(sequence) < 3 * sequence_se
+    assert abs(slopes["reward_per_line"]) < 3 * slope_and_se(recs, "reward")[1]
+
+
+@pytest.mark.parametrize("whiten", [False, True])
+def test_a_reward_that_grows_with_length_shows_in_the_sequence_weighted_slope(whiten):
+    """+0.03 reward per line: the sequence-weighted slope is positive (so the test above can fail), while the
+    token-weighted one hides most of it."""
+    recs = with_sequence_advantages(synthetic_groups(3000, 0.03, whiten), whiten)
+    slopes = payoff_slopes(recs)
+    sequence, sequence_se = slope_and_se(recs, "advantage_sequence")
+    assert sequence > 3 * sequence_se and slopes["reward_per_line"] > 0.02
+    assert slopes["advantage_per_line"] < sequence
 
 
 @dataclass

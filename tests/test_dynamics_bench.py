@@ -17,7 +17,7 @@ COMPLEXITY = ("program_ast_depth", "program_cyclomatic", "program_loc", "program
 OVERRIDES = ["model.tiny_variant=test", "tasks.tasks_per_teacher=3", "tasks.rollouts_k=2", "inference.max_tokens=96",
              "verifier.actors=2"]
 CLAIMS = {"population_minus_single_complexity_slope", "single_complexity_down", "population_complexity_up",
-          "population_coverage_per_proposal_higher", "population_mean_probe_ge_single", "weakest_member_probe_ge_single"}
+          "population_coverage_at_equal_programs_higher", "population_mean_probe_ge_single", "weakest_member_probe_ge_single"}
 
 
 def bench(folder: Path, *args: str, overrides: list[str] = OVERRIDES) -> subprocess.CompletedProcess:
@@ -45,7 +45,13 @@ def test_smoke_study_reports_every_claim(study):
         assert {r["step"] for r in records} == {1, 2, 3} and all("advantage" in r and "reward" in r for r in records)
         window = result["complexity_payoff"][arm]["windows"][0]
         assert set(window["pair_shares"]) == {"invalid_vs_valid", "unsolved_vs_solved", "solved_vs_solved", "same_class"}
+        assert {"advantage_per_line", "advantage_per_line_sequence", "reward_per_line"} <= set(window)
+        assert result[arm]["seed_ids"] == [0]
     assert result["comparisons"]["probe_population_mean_minus_single"]["tasks"] == 3
+    assert result["comparisons"]["probe_weakest_member_minus_single_weakest_of_n"]["single_draws"] == 2  # 2 students
+    assert result["comparisons"]["coverage_at_equal_programs"]["programs"] > 0
+    assert "with sequence weights" in done.stderr and "reward by lines of code" in done.stderr
+    assert "written programs (each arm)" in done.stderr and "weakest of 2 single-agent draws" in done.stderr
     assert result["seeds"] == {"population": 1, "single": 1} and result["failed_runs"] == []
     for arm in ("population", "single"):
         metrics = result[arm]["metrics"]
@@ -67,6 +73,7 @@ def test_a_rerun_reuses_the_finished_runs(study):
     assert result["verdicts"] == json.loads(first.stdout.strip().splitlines()[-1])["verdicts"]
     against = result["against"]["population"]["valid_rate"]
     assert against["difference"] == 0 and against["verdict"] == "inconclusive" and not against["powered"]
+    assert against["paired"]["seeds"] == [0] and against["paired"]["difference"] == 0  # seed 0 against itself
     assert f"population minus {folder}:" in rerun.stderr
 
 

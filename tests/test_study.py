@@ -14,6 +14,7 @@ from reporting.step_metrics import step_row
 from reporting.study import (
     all_of,
     coverage_at,
+    coverage_at_equal_programs,
     lineages,
     paired_probe_difference,
     seed_band,
@@ -101,8 +102,12 @@ def test_verdicts_follow_the_slopes_symmetrically_with_enough_seeds():
     assert verdicts["population_complexity_up"] == "holds"
     assert verdicts["population_mean_probe_ge_single"] == "holds"
     assert verdicts["weakest_member_probe_ge_single"] == "holds"
-    assert verdicts["population_coverage_per_proposal_higher"] == "fails"  # same coverage, twice the programs
+    # The same coverage per step with twice the programs: at 180 programs (the single agent's end) the population
+    # has written them by step 30 and covers half as much.
     assert summary["comparisons"]["coverage_at_equal_programs"]["programs"] == 180
+    assert verdicts["population_coverage_at_equal_programs_higher"] == "fails"
+    weakest = summary["comparisons"]["probe_weakest_member_minus_single_weakest_of_n"]
+    assert weakest["single_draws"] == 2 and weakest["b"] <= summary["comparisons"]["probe_weakest_member_minus_single"]["b"]
     flipped = study_summary(single, population)["verdicts"]  # the same rule each way
     assert flipped["population_minus_single_complexity_slope"] == "fails"
     assert flipped["single_complexity_down"] == "fails" and flipped["population_complexity_up"] == "fails"
@@ -143,7 +148,57 @@ def test_lineages_coverage_at_and_seed_drain():
     rows[-1]["members"] = [{"id": "t2", "role": "teacher"}, {"id": "t3", "role": "teacher"}]
     assert lineages(rows) == 1  # both living teachers descend from t0: one lineage left
     assert coverage_at(rows, 6 * 5) == rows[4]["coverage"]
+    # Within a step, linear between the counts before and after it (from (0, 0) before step 1); past the end, the end.
+    assert coverage_at(rows, 6 * 4 + 3) == pytest.approx((rows[3]["coverage"] + rows[4]["coverage"]) / 2)
+    assert coverage_at(rows, 2) == pytest.approx(rows[0]["coverage"] / 3)
+    assert coverage_at(rows, 10_000) == rows[-1]["coverage"]
     assert seed_drain_step(rows) == 23  # the first step with under 10 % seed draws (1 - 23/25)
+
+
+def concave_coverage_run(written: int, seed: int, steps: int = 60) -> list[dict]:
+    """A run whose coverage is one concave curve of its written programs, 40 sqrt(count) (a seed's offset apart)."""
+    rows, count = synthetic_run(0.0, seed, steps=steps, written=written), 0
+    for row in rows:
+        count += written
+        row["coverage"] = 40 * math.sqrt(count) + seed % 3
+    return rows
+
+
+def test_coverage_is_compared_at_an_equal_number_of_written_programs():
+    """Both arms cover the same for the same programs; the population writes twice as many. Per program it covers
+    less by construction (the concave curve); at an equal count the arms are level and the verdict says nothing."""
+    population = [concave_coverage_run(6, s) for s in range(4)]
+    single = [concave_coverage_run(3, s + 1) for s in range(4)]
+    summary = study_summary(population, single)
+    per_program = summary["comparisons"]["coverage_per_program"]
+    assert per_program["difference"] < 0 and per_program["difference"] + per_program["ci"] < 0  # the old, biased one
+    matched = summary["comparisons"]["coverage_at_equal_programs"]
+    assert matched == coverage_at_equal_programs(population, single) and matched["programs"] == 180
+    assert matched["per_seed"]["population"][0] == pytest.approx(40 * math.sqrt(180), abs=0.01)
+    assert abs(matched["difference"]) < 1 and summary["verdicts"]["population_coverage_at_equal_programs_higher"] == "inconclusive"
+    assert "population_coverage_per_proposal_higher" not in summary["verdicts"]
+
+
+def test_the_weakest_member_is_matched_by_the_weakest_of_as_many_single_agent_draws():
+    """A population of exact copies of the single agent (each student's answers drawn from the same per-task rates):
+    its weakest student lies below the single agent by the minimum of 4 noisy draws alone. The matched single score
+    is the minimum of 4 resampled answer sets: it moves down by about E[min of 4 standard normals] = -1.029 times the
+    sd of a resampled mean rate (the expected bias, -0.016 here, is the unmatched difference's), and the matched
+    interval holds the copies' true difference, 0."""
+    rng = np.random.default_rng(1)
+    tasks, samples, seeds, students = 200, 4, 8, 4
+    rates = rng.uniform(0.05, 0.6, size=tasks)
+    single = [[rng.binomial(samples, rates).tolist()] for _ in range(seeds)]
+    copies = [[rng.binomial(samples, rates).tolist() for _ in range(students)] for _ in range(seeds)]
+    plain = paired_probe_difference(copies, single, samples, weakest=True)
+    matched = paired_probe_difference(copies, single, samples, weakest=True, single_draws=students)
+    observed = [np.array(seed[0]) / samples for seed in single]
+    sd = np.mean([math.sqrt(float((p * (1 - p)).sum()) / samples) / tasks for p in observed])
+    assert plain["b"] - matched["b"] == pytest.approx(1.029 * sd, rel=0.1)
+    assert plain["a"] == matched["a"] and matched["single_draws"] == students
+    assert matched["lo"] < 0 < matched["hi"]  # the copies' true difference, 0
+    one = paired_probe_difference(copies, single, samples, weakest=True, single_draws=1)
+    assert one == plain  # one draw is the single agent as measured
 
 
 @dataclass
@@ -197,4 +252,30 @@ def test_one_study_against_another_is_the_welch_difference_of_their_seed_slopes(
     few = study_summary([synthetic_run(-2.0, s) for s in range(2)], [synthetic_run(-0.5, s) for s in range(2)])
     unpowered = study_against(few, control, keys=COMPLEXITY)["population"]["program_loc"]
     assert unpowered["verdict"] == "inconclusive" and not unpowered["powered"]
+    assert pop["paired"] is None  # summaries without their seeds: nothing to pair
+
+
+def test_studies_that_share_seeds_are_also_compared_paired_by_seed():
+    """Each seed's slope has a part both studies share (their common random numbers): Welch counts it as noise and
+    cannot tell the -1.0 effect from 0; paired by seed it cancels. Seeds missing on one side are left out."""
+    shared = {0: -1.5, 1: 0.5, 2: 1.2, 3: -0.4, 4: 0.9}
+    ids = {"population": [0, 1, 2, 3], "single": [0, 1, 2, 3]}
+    learned = study_summary([synthetic_run(-2.0 + shared[s], s) for s in range(4)],
+                            [synthetic_run(-0.5, 10 + s) for s in range(4)], seed_ids=ids)
+    control = study_summary([synthetic_run(-1.0 + shared[s], 20 + s) for s in range(1, 5)],
+                            [synthetic_run(-0.5, 30 + s) for s in range(1, 5)],
+                            seed_ids={"population": [1, 2, 3, 4], "single": [1, 2, 3, 4]})
+    assert learned["population"]["seed_ids"] == [0, 1, 2, 3]
+    pop = study_against(learned, control, keys=COMPLEXITY)["population"]["program_loc"]
+    assert pop["verdict"] == "inconclusive"  # Welch: the shared spread swamps the effect
+    paired = pop["paired"]
+    assert paired["seeds"] == [1, 2, 3] and paired["difference"] == pytest.approx(-1.0, abs=0.1)
+    d = np.array(learned["population"]["metrics"]["program_loc"]["per_seed"][1:]) - \
+        np.array(control["population"]["metrics"]["program_loc"]["per_seed"][:3])
+    assert paired["ci"] == pytest.approx(t_975(2) * d.std(ddof=1) / math.sqrt(3), abs=1e-4)
+    assert paired["ci"] < 0.2 and paired["correlation"] > 0.99
+    assert paired["verdict"] == "inconclusive"  # 3 pairs: under the seed minimum, nothing quoted
+    both = study_summary([synthetic_run(-1.0 + shared[s], 20 + s) for s in range(4)],
+                         [synthetic_run(-0.5, 30 + s) for s in range(4)], seed_ids=ids)
+    assert study_against(learned, both, keys=COMPLEXITY)["population"]["program_loc"]["paired"]["verdict"] == "fails"
 
