@@ -46,7 +46,7 @@ def regime_by_quarter(runs: Sequence[Records], steps: int, weighting: str = "tok
                          "solved_vs_solved_share": {**p, "per_seed": _rounded(solved_pairs)}, "holds": holds})
     verdicts = [q["holds"] for q in quarters]
     return {"quarters": quarters, "max_unsolved": MAX_UNSOLVED, "min_solved_pairs": MIN_SOLVED_PAIRS,
-            "holds": None if not verdicts or None in verdicts else all(verdicts)}
+            "holds": False if False in verdicts else None if not verdicts or None in verdicts else True}
 
 
 def _rounded(values: Sequence[float | None]) -> list[float | None]:

@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from reporting.run_dir import RunDirectory
 from reporting.complexity_payoff import payoff_summary
+from reporting.regime import regime_by_quarter
 from reporting.study import COMPLEXITY, study_against, study_summary
 from studies.learning import PROBE_SET
 
@@ -265,16 +266,29 @@ def probe_scores(folder: Path, runs: dict[str, list[Path]], args: argparse.Names
     }
 
 
-def payoff(run_dirs: list[Path], steps: int) -> dict[str, Any]:
-    """One arm's reward-for-complexity diagnostic (``reporting.complexity_payoff``) from its runs' proposals.jsonl,
-    under the advantage settings the runs trained with."""
+def arm_records(run_dirs: list[Path]) -> tuple[Any, list[list[dict[str, Any]]]]:
+    """One arm's advantage settings (its first run's ``rl``) and every run's ``proposals.jsonl`` records."""
     from configs.loading import load_config
 
     rl = load_config(run_dirs[0] / "config.yaml").rl
-    records = [RunDirectory(d).read_side("proposals") for d in run_dirs]
+    return rl, [RunDirectory(d).read_side("proposals") for d in run_dirs]
+
+
+def payoff(run_dirs: list[Path], steps: int) -> dict[str, Any]:
+    """One arm's reward-for-complexity diagnostic (``reporting.complexity_payoff``) from its runs' proposals.jsonl,
+    under the advantage settings the runs trained with."""
+    rl, records = arm_records(run_dirs)
     if not any(records):
         return {"note": "no proposals.jsonl in these runs (runs older than the per-proposal records)"}
     return payoff_summary(records, steps, rl.advantage_weighting, rl.advantage_norm == "whiten")
+
+
+def regime(run_dirs: list[Path], steps: int) -> dict[str, Any]:
+    """One arm's regime per quarter (``reporting.regime``: issue 64's rule, fixed before its study ran)."""
+    rl, records = arm_records(run_dirs)
+    if not any(records):
+        return {"note": "no proposals.jsonl in these runs", "holds": None}
+    return regime_by_quarter(records, steps, rl.advantage_weighting, rl.advantage_norm == "whiten")
 
 
 def plus_minus(value: dict[str, Any], digits: int = 2) -> str:
@@ -362,6 +376,7 @@ def main() -> None:
     seed_ids = {arm: [int(d.name.removeprefix("seed-")) for d in usable[arm]] for arm in ARMS}
     summary = study_summary(rows["population"], rows["single"], probes, seed_ids)
     summary["complexity_payoff"] = {arm: payoff(usable[arm], args.steps) for arm in ARMS}
+    summary["regime"] = {arm: regime(usable[arm], args.steps) for arm in ARMS}
     from reporting.study_figure import draw_study
 
     figure = draw_study(rows["population"], rows["single"], folder / "dynamics.png")
@@ -397,6 +412,13 @@ def main() -> None:
                 f"{plus_minus(window['advantage_per_line_sequence'], 3)} with sequence weights "
                 f"({'whitened' if payoff_of['whiten'] else 'centred'}); reward per line "
                 f"{plus_minus(window['reward_per_line'], 3)}; reward by lines of code: {rewards}; pair shares: {shares}")
+    for arm in ARMS:  # issue 64: was the study in the paper's regime, quarter by quarter?
+        reg = summary["regime"][arm]
+        log(f"{arm} regime (unsolved share <= {reg.get('max_unsolved')}, solved-vs-solved share >= "
+            f"{reg.get('min_solved_pairs')}, seed means): " + "; ".join(
+                f"steps {q['steps'][0]}-{q['steps'][1]} unsolved {plus_minus(q['unsolved_share'])} solved pairs "
+                f"{plus_minus(q['solved_vs_solved_share'])} ({'holds' if q['holds'] else 'fails' if q['holds'] is False else 'n/a'})"
+                for q in reg.get("quarters", [])) + f": {'holds' if reg['holds'] else 'fails' if reg['holds'] is False else 'n/a'}")
     comparisons = summary["comparisons"]
     matched = comparisons["coverage_at_equal_programs"]
     log(f"coverage at {matched['programs']} written programs (each arm): population {matched['a']:.1f}, "
