@@ -99,6 +99,7 @@ class Outcome:
     solved: dict[str, int] = field(default_factory=dict)
     tasks_judged: int = 0  # valid tasks the students tried
     tasks_unsolved: int = 0  # ... of which no rollout solved
+    unsolved: dict[str, int] = field(default_factory=dict)  # the latter per family
 
     def merge(self, other: "Outcome") -> None:
         """Pool ``other`` (another sampling seed's proposals and rollouts) into this outcome."""
@@ -110,6 +111,8 @@ class Outcome:
         self.structures.extend(other.structures)
         self.tasks_judged += other.tasks_judged
         self.tasks_unsolved += other.tasks_unsolved
+        for k, v in other.unsolved.items():
+            self.unsolved[k] = self.unsolved.get(k, 0) + v
 
     def unsolved_share(self) -> float | None:
         """Valid tasks that none of their k rollouts solved / valid tasks tried (issue 64's gate: <= 0.20)."""
@@ -136,6 +139,7 @@ class Outcome:
                 "valid_rate": round(len(self.valid.get(fam, [])) / n, 3) if n else None,
                 "rollouts": r,
                 "solve_rate": round(self.solved.get(fam, 0) / r, 3) if r else None,
+                "unsolved_share": round(self.unsolved.get(fam, 0) / len(self.valid[fam]), 3) if self.valid.get(fam) and r else None,
             }
         return out
 
@@ -189,6 +193,8 @@ def solve(engine, verifier: Verifier, tasks: dict[str, list[Task]], s: Sampling,
         solved_any[owner] = solved_any[owner] or bool(judgement.correct)
     out.tasks_judged += len(flat)
     out.tasks_unsolved += solved_any.count(False)
+    for task, solved in zip(flat, solved_any):
+        out.unsolved[task.family] = out.unsolved.get(task.family, 0) + (not solved)
 
 
 REGIME_GATE = {"valid_rate": (0.85, None), "unsolved_share": (None, 0.20), "solve_rate": (0.45, 0.70),
