@@ -111,9 +111,10 @@ def generate_rollouts(system: "System", step: int, prompts: StepPrompts) -> Roll
         pairs = ray.get(league.match.remote(step))  # [(teacher, student)]; single agent: [(a, a)]
 
     with timer("propose"):
-        counts = reference_counts(pairs, families, cfg.tasks.tasks_per_teacher)
+        per_teacher, rotation = cfg.tasks.tasks_per_teacher, cfg.tasks.family_rotation
+        counts = reference_counts(pairs, families, per_teacher, rotation, step)
         references = ray.get(league.references.remote(counts, cfg.tasks.references_k))
-        proposals = proposal_jobs(pairs, families, cfg.tasks.tasks_per_teacher, references, n_inputs, prompts)
+        proposals = proposal_jobs(pairs, families, per_teacher, references, n_inputs, prompts, rotation, step)
         outputs = system.generate([system.request(j.teacher, j.prompt, seed=system.seed(step, "p", i))
                                    for i, j in enumerate(proposals)])
         for job, (generation,) in zip(proposals, outputs):

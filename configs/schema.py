@@ -92,6 +92,14 @@ class TasksConfig(Section):
         list(FAMILIES), min_length=1, description="Task families the teachers propose (AZR: deduction, abduction, induction)."
     )
     tasks_per_teacher: int = Field(4, ge=1, le=1024, description="Proposals per teacher per step, spread over the families.")
+    family_rotation: Literal["task", "step"] = Field(
+        "task",
+        description="Which family each of a teacher's tasks of a step is (rollouts/jobs.py, teacher_families): 'task' "
+        "round-robin over its tasks (6 tasks over 3 families: two of each, so an advantage group (member, role, family) "
+        "holds two proposals); 'step' all of them one family, families[(step + i) % len(families)] for the step's i-th "
+        "matched teacher, so a group holds tasks_per_teacher proposals, teachers of one step cover different families "
+        "and every teacher sees every family over the steps (with one family the same as 'task').",
+    )
     references_k: int = Field(2, ge=0, le=16, description="Reference tasks from the buffers shown in a proposal prompt (AZR: 6).")
     rollouts_k: int = Field(4, ge=1, le=64, description="Student rollouts per valid task (AZR: 8); rho is their solve fraction.")
     code_f_inputs: int = Field(4, ge=2, le=32, description="Inputs a code_f proposal gives (AZR: 10); half are shown to the student.")

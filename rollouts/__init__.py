@@ -24,6 +24,7 @@ from rollouts.jobs import (
     solve_jobs,
     solve_rates,
     student_prompt_of,
+    teacher_families,
     truncated,
 )
 from rollouts.prompt_metrics import prompt_metrics, role_tokens
@@ -44,5 +45,5 @@ __all__ = [
     "behaviour_problem", "bounded_validations", "drop_rejected_proposals", "drop_rejected_solves", "judge_items",
     "learner_samples", "load_tokenizer", "parsed_proposals", "prompt_metrics", "proposal_jobs", "reference_counts",
     "role_tokens", "solve_jobs", "solve_rates", "split_by_behaviour", "student_prompt_of", "student_samples",
-    "teacher_samples", "truncated",
+    "teacher_families", "teacher_samples", "truncated",
 ]

@@ -1,8 +1,10 @@
 """The step's generation jobs and what the verifier made of them (pure, no Ray).
 
-- :func:`proposal_jobs`: every matched teacher gets ``tasks_per_teacher`` proposal prompts, families in rotation, each
+- :func:`teacher_families`: the family of each of a teacher's tasks in a step (``tasks.family_rotation``): round-robin
+  over its tasks, or one family for all of them, rotating by step and by the teacher's place in the step's pairs.
+- :func:`proposal_jobs`: every matched teacher gets ``tasks_per_teacher`` proposal prompts of those families, each
   conditioned on K reference tasks from the buffers, trimmed (longest first) until the prompt leaves room for
-  ``max_tokens`` in the context.
+  ``max_tokens`` in the context; :func:`reference_counts` says how many reference lists of each family that takes.
 - :func:`parsed_proposals` / :func:`bounded_validations`: proposals over the size limits, or whose student prompt
   would not fit the context, are invalid with the reason.
 - :func:`drop_rejected_proposals` / :func:`drop_rejected_solves`: a request the engine rejected (it did not fit the
@@ -55,6 +57,27 @@ class DroppedRequest:
     reason: str
 
 
+ROTATIONS = ("task", "step")
+"""``tasks.family_rotation``'s values (configs/schema.py)."""
+
+
+def teacher_families(position: int, families: Sequence[str], tasks_per_teacher: int, rotation: str = "task",
+                     step: int = 0) -> list[str]:
+    """The family of each of the ``tasks_per_teacher`` tasks of the step's ``position``-th matched teacher.
+
+    ``rotation == "task"``: round-robin over its tasks, the same for every teacher and step (6 tasks over 3 families:
+    two of each, so its advantage group of a family, ``rollouts.samples.advantage_group``, holds two proposals).
+    ``"step"``: all of them ``families[(step + position) % len(families)]``, so the group holds all
+    ``tasks_per_teacher`` (the paper's groups of ~21 at 64 tasks a teacher; issue 64), the teachers of one step cover
+    different families, and over consecutive steps every teacher proposes every family.
+    """
+    if rotation == "task":
+        return [families[i % len(families)] for i in range(tasks_per_teacher)]
+    if rotation == "step":
+        return [families[(step + position) % len(families)]] * tasks_per_teacher
+    raise ValueError(f"family rotation must be one of {ROTATIONS}, got {rotation!r}")
+
+
 def proposal_jobs(
     pairs: Sequence[tuple[str, str]],
     families: Sequence[str],
@@ -62,18 +85,20 @@ def proposal_jobs(
     references: dict[str, list[list[Task]]],
     n_inputs: int,
     prompts: StepPrompts | None = None,
+    rotation: str = "task",
+    step: int = 0,
 ) -> list[ProposalJob]:
-    """Proposal prompts for each (teacher, student) pair; ``references[family]`` is consumed in order
-    (one list of K tasks per prompt of that family, sampled by the league's buffers).
+    """Proposal prompts for each (teacher, student) pair, of the families :func:`teacher_families` gives the
+    teacher's place in ``pairs`` at ``step``; ``references[family]`` is consumed in order (one list of K tasks per
+    prompt of that family, sampled by the league's buffers; :func:`reference_counts` says how many).
 
     With ``prompts`` the prompt is in its style and references are dropped (longest first) until it
     fits the prompt budget; without, it is the compact prompt with every reference.
     """
     jobs = []
     cursor = {family: 0 for family in families}
-    for teacher, student in pairs:
-        for i in range(tasks_per_teacher):
-            family = families[i % len(families)]
+    for position, (teacher, student) in enumerate(pairs):
+        for family in teacher_families(position, families, tasks_per_teacher, rotation, step):
             refs = references[family][cursor[family]]
             cursor[family] += 1
             program = refs[0].program if family == "code_f" else None
@@ -86,12 +111,13 @@ def proposal_jobs(
     return jobs
 
 
-def reference_counts(pairs: Sequence[tuple[str, str]], families: Sequence[str], tasks_per_teacher: int) -> dict[str, int]:
-    """How many reference lists :func:`proposal_jobs` consumes per family."""
+def reference_counts(pairs: Sequence[tuple[str, str]], families: Sequence[str], tasks_per_teacher: int,
+                     rotation: str = "task", step: int = 0) -> dict[str, int]:
+    """How many reference lists :func:`proposal_jobs` consumes per family (the same ``rotation`` and ``step``)."""
     counts = {family: 0 for family in families}
-    for _ in pairs:
-        for i in range(tasks_per_teacher):
-            counts[families[i % len(families)]] += 1
+    for position in range(len(pairs)):
+        for family in teacher_families(position, families, tasks_per_teacher, rotation, step):
+            counts[family] += 1
     return counts
 
 

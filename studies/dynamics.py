@@ -9,6 +9,8 @@ Arms: ``--population-config`` (default ``configs/tiny.yaml``, 2 teachers + 2 stu
 (default ``configs/tiny-single.yaml``, one adapter proposing and solving), compute-matched per adapter: every
 adapter generates and trains on the same numbers of tasks and rollouts per step in both arms (the single agent
 proposes ``tasks_per_teacher`` tasks and solves them ``rollouts_k`` times, as one teacher and one student do).
+``configs/tiny-dynamics.yaml`` (4 + 4) and ``configs/tiny-dynamics-single.yaml`` are the pair in the paper's regime
+(issue 64; docs/dynamics.md): there the population arm spends 8x the single agent's total compute.
 Seed s runs both arms with ``run.seed=s``, for s in ``--first-seed`` .. ``--first-seed + --seeds - 1`` (a second,
 disjoint set replicates a first); the overrides apply to both, ``--population-override`` to the population arm
 alone (its size, its league and evolution: keys the single agent has no use for).

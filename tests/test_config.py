@@ -14,7 +14,8 @@ PRESETS = sorted(PRESETS_DIR.glob("*.yaml"))
 
 def test_every_preset_is_listed():
     names = {p.name for p in PRESETS}
-    assert {"tiny.yaml", "tiny-single.yaml", "qwen2.5-7b-4t4s.yaml", "qwen2.5-7b-single.yaml"} <= names
+    assert {"tiny.yaml", "tiny-single.yaml", "tiny-dynamics.yaml", "tiny-dynamics-single.yaml", "qwen2.5-7b-4t4s.yaml",
+            "qwen2.5-7b-single.yaml"} <= names
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.name)
@@ -53,6 +54,30 @@ def test_single_agent_baseline_is_compute_matched_per_adapter(monkeypatch):
     for key in ("tasks_per_teacher", "rollouts_k", "references_k", "code_f_inputs"):
         assert getattr(single.tasks, key) == getattr(pop.tasks, key)
     assert single.lora == pop.lora
+
+
+@pytest.mark.parametrize("overrides", [[], ["model.tiny_variant=test"]], ids=["as-shipped", "test-variant"])
+def test_dynamics_presets_are_the_papers_regime_and_its_compute_matched_single_agent(overrides):
+    """configs/tiny-dynamics.yaml (issue 64): 4 + 4, one family per teacher and step (groups of 6), the paper's win
+    rule, evolution every 25 steps; its single twin does the same per-adapter work with the same model, rl and sampling."""
+    pop = load_config(PRESETS_DIR / "tiny-dynamics.yaml", overrides)
+    single = load_config(PRESETS_DIR / "tiny-dynamics-single.yaml", overrides)
+    assert (pop.population.teachers, pop.population.students, pop.population.single_agent) == (4, 4, False)
+    assert pop.tasks.family_rotation == "step" and pop.tasks.tasks_per_teacher == 6
+    assert pop.league.unsolved_is_teacher_win and pop.evolution.enabled
+    assert (pop.evolution.period, pop.evolution.protection_steps) == (25, 10)
+    assert pop.model.tiny_variant == ("test" if overrides else "stronger-large")
+    assert single.population.single_agent and single.population.adapters == 1 and not single.evolution.enabled
+    for section in ("model", "lora", "tasks", "rewards", "rl", "inference"):
+        assert getattr(single, section) == getattr(pop, section), section
+    assert single.run.steps == pop.run.steps
+
+
+def test_family_rotation_is_task_by_default_and_names_its_values():
+    assert load_config(None).tasks.family_rotation == "task"
+    assert load_config(None, ["tasks.family_rotation=step", "tasks.families=[code_i]"]).tasks.family_rotation == "step"
+    with pytest.raises(ConfigError, match="family_rotation"):
+        load_config(None, ["tasks.family_rotation=member"])
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from rollouts import (
     reference_counts,
     solve_rates,
     student_samples,
+    teacher_families,
     teacher_samples,
 )
 from configs.schema import RewardsConfig
@@ -38,6 +39,77 @@ def test_proposal_jobs_rotate_families_and_consume_references():
         ("t0", "s1", "code_o"), ("t0", "s1", "code_i"), ("t0", "s1", "code_f"), ("t0", "s1", "code_o")]
     assert jobs[2].reference_program == identity_task("code_o").program
     assert all(j.prompt.startswith("User: ") for j in jobs)
+
+
+FAMILIES = ["code_o", "code_i", "code_f"]
+PAIRS_4X4 = [("t0", "s2"), ("t1", "s0"), ("t2", "s3"), ("t3", "s0")]
+
+
+def references_for(counts: dict[str, int]) -> dict[str, list[list]]:
+    """``counts[family]`` reference lists, each naming its family and index (code_f probes a code_o program)."""
+    return {f: [[identity_task(f if f != "code_f" else "code_o")] for _ in range(n)] for f, n in counts.items()}
+
+
+def jobs_of(pairs, rotation: str, step: int, per_teacher: int = 6):
+    counts = reference_counts(pairs, FAMILIES, per_teacher, rotation, step)
+    refs = references_for(counts)
+    jobs = proposal_jobs(pairs, FAMILIES, per_teacher, refs, 4, None, rotation, step)
+    return counts, jobs
+
+
+def test_task_rotation_is_todays_round_robin_at_every_step():
+    """The default: each teacher's 6 tasks are code_o, code_i, code_f, code_o, code_i, code_f whatever the step."""
+    expected = [(t, s, FAMILIES[i % 3]) for t, s in PAIRS_4X4 for i in range(6)]
+    for step in (1, 2, 3, 7):
+        counts, jobs = jobs_of(PAIRS_4X4, "task", step)
+        assert [(j.teacher, j.student, j.family) for j in jobs] == expected
+        assert counts == {"code_o": 8, "code_i": 8, "code_f": 8}
+    assert reference_counts(PAIRS_4X4, FAMILIES, 6) == counts  # the defaults are 'task'
+    assert teacher_families(3, FAMILIES, 6) == FAMILIES * 2
+
+
+def test_step_rotation_gives_each_teacher_one_family_rotating_by_step_and_member():
+    seen: dict[str, set[str]] = {t: set() for t, _ in PAIRS_4X4}
+    for step in range(1, 7):
+        counts, jobs = jobs_of(PAIRS_4X4, "step", step)
+        for position, (teacher, student) in enumerate(PAIRS_4X4):
+            mine = [j for j in jobs if j.teacher == teacher]
+            family = FAMILIES[(step + position) % 3]
+            assert [(j.student, j.family) for j in mine] == [(student, family)] * 6
+            seen[teacher].add(family)
+        assert len({j.family for j in jobs[:18]}) == 3  # the first three teachers cover the three families
+        # the references drawn by reference_counts are exactly what proposal_jobs consumes
+        assert counts == {f: sum(j.family == f for j in jobs) for f in FAMILIES}
+        assert sum(counts.values()) == 24
+        assert all(j.reference_program == identity_task("code_o").program for j in jobs if j.family == "code_f")
+    assert all(families == set(FAMILIES) for families in seen.values())  # over three steps, every family
+    with pytest.raises(ValueError, match="family rotation"):
+        teacher_families(0, FAMILIES, 6, "member")
+
+
+def test_step_rotation_with_one_family_or_one_agent():
+    assert teacher_families(2, ["code_i"], 4, "step", 5) == ["code_i"] * 4
+    for step in (1, 2, 3):  # the single agent plays itself: its 6 proposals of a step are one family
+        _, jobs = jobs_of([("a0", "a0")], "step", step)
+        assert [j.family for j in jobs] == [FAMILIES[step % 3]] * 6
+
+
+def test_step_rotation_makes_a_teachers_advantage_group_hold_all_its_proposals():
+    """Groups are (member, role, family) (rollouts.samples.advantage_group with the learner's slot): with 'task' a
+    teacher's 6 proposals make three groups of two, with 'step' one group of six."""
+    from rollouts import learner_samples
+
+    slots = {t: i for i, (t, _) in enumerate(PAIRS_4X4)}
+    for rotation, sizes in (("task", [2] * 12), ("step", [6] * 4)):
+        _, jobs = jobs_of(PAIRS_4X4, rotation, step=4)
+        for j in jobs:
+            j.generation = generation(j.teacher)
+        samples = teacher_samples(jobs, [0.5] * len(jobs), RewardsConfig(), single_agent=False)
+        batch, _ = learner_samples(samples, slots, {}, "family", "off")
+        groups: dict[tuple, int] = {}
+        for b in batch:
+            groups[(b.slot, b.group)] = groups.get((b.slot, b.group), 0) + 1
+        assert sorted(groups.values()) == sizes
 
 
 def test_rho_and_rewards_population_and_single_agent():

@@ -58,6 +58,32 @@ def test_learning_off_is_a_control_in_which_no_adapter_changes(tiny_model, tmp_p
 
 
 @pytest.mark.slow
+def test_the_dynamics_preset_runs_four_by_four_with_a_family_a_teacher_and_step(tiny_model, tmp_path):
+    """configs/tiny-dynamics.yaml through launch.py (issue 64): 4 teachers + 4 students, each teacher's 6 tasks of a
+    step one family, families[(step + position) % 3], and an evolution step that replaces one member per role by a
+    child of the others."""
+    run_dir = tmp_path / "dynamics"
+    done = launch("--config", "configs/tiny-dynamics.yaml", "--run-dir", str(run_dir), "--steps", "2", "--quiet",
+                  "model.tiny_variant=test", "tasks.rollouts_k=2", "inference.max_tokens=96", "evolution.period=2",
+                  "run.checkpoint_every=2", "verifier.actors=1", "run.dashboard=false")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = metrics(run_dir)
+    teachers = [m["id"] for m in rows[0]["members"] if m["role"] == "teacher"]
+    assert teachers == ["t0", "t1", "t2", "t3"] and sum(m["role"] == "student" for m in rows[0]["members"]) == 4
+    families = ["code_o", "code_i", "code_f"]
+    proposals = RunDirectory(run_dir).read_side("proposals")
+    for step in (1, 2):
+        for position, teacher in enumerate(teachers):  # the step's pairs list the teachers in the league's order
+            mine = [p["family"] for p in proposals if p["step"] == step and p["member"] == teacher]
+            assert mine == [families[(step + position) % 3]] * 6
+    events = rows[1]["evolution"]
+    assert sorted(e["role"] for e in events) == ["student", "teacher"]
+    for event in events:
+        assert event["replaced"] not in event["parents"] and event["child"] in {m["id"] for m in rows[1]["members"]}
+    assert sum(m["role"] == "teacher" for m in rows[1]["members"]) == 4
+
+
+@pytest.mark.slow
 def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
     first, run_dir = short_run, short_run.run_dir  # launch.py --steps 2 with SHORT_RUN (conftest)
     assert first.returncode == 0, first.stderr[-3000:]
