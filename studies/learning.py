@@ -34,7 +34,8 @@ from configs.loading import load_config
 from reporting.run_dir import RunDirectory
 from tinycoder import VARIANTS, ensure_model
 from tinycoder.cache import MANIFEST
-from tinycoder.corpus import CorpusSettings, build_corpus, corpus_settings_from_dict, drafted_sources
+from tinycoder.corpus import (CorpusSettings, build_corpus, corpus_settings_from_dict, draw_programs, drafted_sources,
+                              verify_programs)
 from tinycoder.examples import f_task, io_task
 from verifier import Verifier
 from verifier.buffers import load_seed_file
@@ -57,6 +58,12 @@ def generator_tasks(verifier: Verifier, count: int, n_inputs: int, seed: int, ex
         if len(corpus) >= count or oversample >= 48:
             break
         oversample *= 2
+    return tasks_from(corpus, count, n_inputs, seed)
+
+
+def tasks_from(corpus: list, count: int, n_inputs: int, seed: int) -> list:
+    """``count`` tasks of shuffled ``corpus`` programs (``random.Random(seed)``), families in rotation."""
+    corpus = list(corpus)
     random.Random(seed).shuffle(corpus)
     families = ("code_o", "code_i", "code_f")
     tasks = []
@@ -81,6 +88,23 @@ def trained_programs(model_dir: Path) -> set[str]:
         built = json.loads(manifest.read_text())
         seen |= drafted_sources(corpus_settings_from_dict(built["settings"]["corpus"]), built["seed"])
     return seen
+
+
+SEEN_SEED = 5_555_555
+
+
+def seen_tasks(model_dir: Path, count: int, n_inputs: int, verifier: Verifier) -> list:
+    """``count`` tasks of programs the model's build drafted, with the inputs drafted for its training (those the
+    sandbox keeps; its manifest's corpus settings and seed): the training distribution, beside the held-out probes.
+    A model that fits its corpus solves these about as often as its examples were right; a gap to the held-out
+    probes is what it memorised rather than learned."""
+    built = json.loads((Path(model_dir) / MANIFEST).read_text())
+    settings = corpus_settings_from_dict(built["settings"]["corpus"])
+    drafts = draw_programs(settings, random.Random(built["seed"]))
+    rng = random.Random(SEEN_SEED)
+    chosen = rng.sample(drafts, min(len(drafts), 3 * count))
+    kept = [item for item in verify_programs(verifier, chosen, settings, rng) if len(item.inputs) >= n_inputs]
+    return tasks_from(kept, count, n_inputs, SEEN_SEED)
 
 
 def probe_tasks(model_dir: Path, count: int, n_inputs: int, verifier: Verifier) -> list:

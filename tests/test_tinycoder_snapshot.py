@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from studies.learning import PROBE_SEED, generator_tasks, probe_tasks, trained_programs
+from studies.learning import PROBE_SEED, generator_tasks, probe_tasks, seen_tasks, trained_programs
 from tinycoder.build import build_model
 from tinycoder.cache import MANIFEST
 from tinycoder.corpus import corpus_settings_from_dict, drafted_sources
@@ -66,5 +66,7 @@ def test_held_out_probes_leave_out_every_program_the_build_drafted():
         probes = probe_tasks(shipped, 30, 4, verifier)
         seed_only = {json.loads(line)["program"] for line in (shipped / "tasks.jsonl").open()}
         before = generator_tasks(verifier, 30, 4, PROBE_SEED, seed_only)  # the rule before: seed tasks only
+        seen = seen_tasks(shipped, 30, 4, verifier)
     assert len(probes) == 30 and not {t.program for t in probes} & drafts
+    assert len(seen) == 30 and {t.program for t in seen} <= drafts  # the training distribution, beside them
     assert {t.program for t in before} & drafts  # so the old set was not held out
