@@ -75,8 +75,9 @@ def tasks_from(corpus: list, count: int, n_inputs: int, seed: int) -> list:
 
 PROBE_SET = "heldout-v2"
 """Names the probe set's rule in cache keys (``studies.dynamics``): v2 leaves out every program the model's build
-drafted. v1 (issue 64 found) left out only the model's seed tasks, and 39 of the 360 programs it drew for 120 probes
-were drafts of the default's build (87 of the ``stronger-large`` build's)."""
+drafted. v1 (before issue 64) left out only the model's seed tasks: 7 of its 120 probe programs were drafts of the
+default's build, 21 of the ``stronger-large`` build's, so a bigger corpus would have been scored partly on its
+training programs."""
 
 
 def trained_programs(model_dir: Path) -> set[str]:
