@@ -82,8 +82,11 @@ def _snapshot(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         model_dir(args.variant, args.seed, args.cache_dir or cache_root()))
     if not (progress / "prepared").is_dir():
         parser.error(f"{progress} holds no build progress (a finished build removes it; keep copies for a curve)")
-    manifest = snapshot(variant_settings(args.variant), args.seed, progress, Path(args.out),
-                        Path(args.save) if args.save else None)
+    try:
+        manifest = snapshot(variant_settings(args.variant), args.seed, progress, Path(args.out),
+                            Path(args.save) if args.save else None)
+    except (ValueError, FileNotFoundError) as error:  # a save of another build, a missing file
+        parser.error(str(error))
     print(json.dumps({k: manifest[k] for k in ("step", "steps", "tokens_trained", "epochs", "loss_last_20")}))
     print(args.out)
     return 0
