@@ -217,15 +217,16 @@ def regime_gate(out: Outcome, probes: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def held_out_probes(engine, verifier: Verifier, path: Path, args: argparse.Namespace, s: Sampling) -> dict[str, Any]:
-    """The students' solve rate on the dynamics study's held-out probe tasks (``studies.learning.probe_tasks``: a
+    """The students' solve rate on the dynamics study's held-out probe tasks (``tinycoder.task_sets.probe_tasks``: a
     generator seed no build uses, less the model's seed tasks), ``--probe-samples`` answers each, per task seeded."""
-    from studies.learning import probe_tasks, seen_tasks, task_scores
+    from evaluation.task_scores import task_scores
+    from tinycoder.task_sets import probe_tasks, seen_tasks
 
     tasks = probe_tasks(path, args.probes, 4, verifier)
     scores = task_scores(engine, None, tasks, args.probe_samples, s.temperature, s.max_tokens, verifier)
     out: dict[str, Any] = {"solve_rate": round(sum(scores) / (len(tasks) * args.probe_samples), 3),
                            "tasks": len(tasks), "samples": args.probe_samples}
-    if args.seen_probes > 0:  # the training distribution beside it (studies.learning.seen_tasks)
+    if args.seen_probes > 0:  # the training distribution beside it (tinycoder.task_sets.seen_tasks)
         seen = seen_tasks(path, args.seen_probes, 4, verifier)
         scores = task_scores(engine, None, seen, args.probe_samples, s.temperature, s.max_tokens, verifier)
         out["seen_solve_rate"] = round(sum(scores) / (len(seen) * args.probe_samples), 3)
@@ -360,10 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="build into a temporary cache and time the build")
     parser.add_argument("--sample-seed", type=int, default=1234)
     parser.add_argument("--sample-seeds", help="comma-separated sampling seeds, pooled (issue 64's gate: 1234,1,2)")
-    parser.add_argument("--probes", type=int, default=0, help="held-out probe tasks (studies.learning's set; 0: none)")
+    parser.add_argument("--probes", type=int, default=0, help="held-out probe tasks (tinycoder.task_sets.probe_tasks; 0: none)")
     parser.add_argument("--probe-samples", type=int, default=4, help="answers per probe task")
     parser.add_argument("--seen-probes", type=int, default=0, help="with --probes: as many tasks of programs the build "
-                        "trained on, scored beside them (studies.learning.seen_tasks)")
+                        "trained on, scored beside them (tinycoder.task_sets.seen_tasks)")
     parser.add_argument("--model-dir", type=Path, help="bench this model directory (e.g. a `python -m tinycoder "
                         "snapshot`) instead of the variant's build")
     parser.add_argument("--train-corpus", type=Path, help="a build's corpus.jsonl: report how many probe programs it holds")

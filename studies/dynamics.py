@@ -60,7 +60,7 @@ from reporting.run_dir import RunDirectory
 from reporting.complexity_payoff import payoff_summary
 from reporting.regime import regime_by_quarter
 from reporting.study import COMPLEXITY, study_against, study_summary
-from studies.learning import PROBE_SET
+from tinycoder.task_sets import PROBE_SET
 
 ARMS = ("population", "single")
 TRAINING_CODE = ("actors", "checkpoints", "configs", "evolution", "inference", "learners", "rollouts", "tinycoder",
@@ -236,7 +236,8 @@ def probe_scores(folder: Path, runs: dict[str, list[Path]], args: argparse.Names
     missing = [(d, m, p) for arm in ARMS for d, students in wanted[arm] for m, p in students.items()
                if key_of(d, m) not in cache]
     if missing or base_key not in cache:
-        from studies.learning import probe_tasks, task_scores  # the probe set and its scoring
+        from evaluation.task_scores import task_scores  # the probe set and its scoring
+        from tinycoder.task_sets import probe_tasks
         from configs.loading import load_config
         from inference import make_engine
         from tinycoder import ensure_model

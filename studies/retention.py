@@ -51,7 +51,7 @@ from transformers import AutoModelForCausalLM
 from inference import make_engine
 from inference.requests import GenerationRequest
 from rollouts import SolveJob, advantage_group, student_samples
-from studies.learning import generator_tasks, probe_tasks
+from tinycoder.task_sets import generator_tasks, probe_tasks
 from configs.loading import load_config
 from evolution import operators
 from evolution.replacement import DEFAULT_OPERATORS, apply_operator

@@ -49,7 +49,8 @@ from transformers import AutoModelForCausalLM
 from inference import make_engine
 from inference.requests import GenerationRequest
 from rollouts import SolveJob, learner_samples, student_samples
-from studies.learning import generator_tasks, probe_tasks, solve_rate
+from studies.learning import solve_rate
+from tinycoder.task_sets import generator_tasks, probe_tasks
 from configs.loading import load_config
 from learners.adapter_optim import AdapterOptimizers
 from learners.multi_lora import LoRASpec, MultiLoRAModel

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import asdict
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from studies.learning import PROBE_SEED, generator_tasks, probe_tasks, seen_tasks, trained_programs
+from tinycoder.task_sets import PROBE_SEED, generator_tasks, probe_tasks, seen_tasks, trained_programs
 from tinycoder.build import build_model
 from tinycoder.cache import MANIFEST
 from tinycoder.corpus import corpus_settings_from_dict, drafted_sources
