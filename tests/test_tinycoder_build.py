@@ -175,6 +175,17 @@ def test_stronger_large_is_stronger_on_ten_times_the_corpus_for_8000_steps():
     assert cache_key(describe(VARIANTS["stronger-large"], 0)) != cache_key(describe(VARIANTS["stronger"], 0))
 
 
+def test_stronger_long_is_stronger_large_for_twice_the_steps():
+    """Issue 64's next lever: only the training steps differ from ``stronger-large``, and its key is its own."""
+    from dataclasses import asdict
+
+    large, long = asdict(VARIANTS["stronger-large"]), asdict(VARIANTS["stronger-long"])
+    assert long["train"]["steps"] == 2 * large["train"]["steps"] == 16_000
+    long["train"]["steps"] = large["train"]["steps"]
+    assert long == large
+    assert cache_key(describe(VARIANTS["stronger-long"], 0)) != cache_key(describe(VARIANTS["stronger-large"], 0))
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_variant_is_selectable_by_the_config_and_both_command_lines(variant):
     """``model.tiny_variant``, ``python -m tinycoder --variant`` and ``python -m bench.tiny_coder --variant`` take every
