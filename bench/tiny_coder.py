@@ -97,26 +97,23 @@ class Outcome:
     structures: list[str] = field(default_factory=list)
     rollouts: dict[str, int] = field(default_factory=dict)
     solved: dict[str, int] = field(default_factory=dict)
-    tasks_judged: int = 0  # valid tasks the students tried
-    tasks_unsolved: int = 0  # ... of which no rollout solved
-    unsolved: dict[str, int] = field(default_factory=dict)  # the latter per family
+    judged: dict[str, int] = field(default_factory=dict)  # valid tasks the students tried, per family
+    unsolved: dict[str, int] = field(default_factory=dict)  # ... of which no rollout solved
 
     def merge(self, other: "Outcome") -> None:
         """Pool ``other`` (another sampling seed's proposals and rollouts) into this outcome."""
-        for mine, theirs in ((self.proposals, other.proposals), (self.rollouts, other.rollouts), (self.solved, other.solved)):
+        for mine, theirs in ((self.proposals, other.proposals), (self.rollouts, other.rollouts),
+                             (self.solved, other.solved), (self.judged, other.judged), (self.unsolved, other.unsolved)):
             for k, v in theirs.items():
                 mine[k] = mine.get(k, 0) + v
         for k, v in other.valid.items():
             self.valid.setdefault(k, []).extend(v)
         self.structures.extend(other.structures)
-        self.tasks_judged += other.tasks_judged
-        self.tasks_unsolved += other.tasks_unsolved
-        for k, v in other.unsolved.items():
-            self.unsolved[k] = self.unsolved.get(k, 0) + v
 
     def unsolved_share(self) -> float | None:
         """Valid tasks that none of their k rollouts solved / valid tasks tried (issue 64's gate: <= 0.20)."""
-        return self.tasks_unsolved / self.tasks_judged if self.tasks_judged else None
+        judged = sum(self.judged.values())
+        return sum(self.unsolved.values()) / judged if judged else None
 
     def valid_rate(self) -> float:
         total = sum(self.proposals.values())
@@ -139,7 +136,7 @@ class Outcome:
                 "valid_rate": round(len(self.valid.get(fam, [])) / n, 3) if n else None,
                 "rollouts": r,
                 "solve_rate": round(self.solved.get(fam, 0) / r, 3) if r else None,
-                "unsolved_share": round(self.unsolved.get(fam, 0) / len(self.valid[fam]), 3) if self.valid.get(fam) and r else None,
+                "unsolved_share": round(self.unsolved.get(fam, 0) / self.judged[fam], 3) if self.judged.get(fam) else None,
             }
         return out
 
@@ -191,9 +188,8 @@ def solve(engine, verifier: Verifier, tasks: dict[str, list[Task]], s: Sampling,
         out.rollouts[task.family] = out.rollouts.get(task.family, 0) + 1
         out.solved[task.family] = out.solved.get(task.family, 0) + int(judgement.correct)
         solved_any[owner] = solved_any[owner] or bool(judgement.correct)
-    out.tasks_judged += len(flat)
-    out.tasks_unsolved += solved_any.count(False)
     for task, solved in zip(flat, solved_any):
+        out.judged[task.family] = out.judged.get(task.family, 0) + 1
         out.unsolved[task.family] = out.unsolved.get(task.family, 0) + (not solved)
 
 
@@ -218,23 +214,20 @@ def regime_gate(out: Outcome, probes: dict[str, Any] | None) -> dict[str, Any]:
 
 def held_out_probes(engine, verifier: Verifier, path: Path, args: argparse.Namespace, s: Sampling) -> dict[str, Any]:
     """The students' solve rate on the dynamics study's held-out probe tasks (``tinycoder.task_sets.probe_tasks``: a
-    generator seed no build uses, less the model's seed tasks), ``--probe-samples`` answers each, per task seeded."""
+    generator seed no build uses, less every program the model's build drafted), ``--probe-samples`` answers each,
+    per task seeded; with ``--seen-probes``, beside it the rate on tasks of programs the build trained on."""
     from evaluation.task_scores import task_scores
     from tinycoder.task_sets import probe_tasks, seen_tasks
 
+    def rate(tasks: list[Task]) -> float:
+        scores = task_scores(engine, None, tasks, args.probe_samples, s.temperature, s.max_tokens, verifier)
+        return round(sum(scores) / (len(tasks) * args.probe_samples), 3)
+
     tasks = probe_tasks(path, args.probes, 4, verifier)
-    scores = task_scores(engine, None, tasks, args.probe_samples, s.temperature, s.max_tokens, verifier)
-    out: dict[str, Any] = {"solve_rate": round(sum(scores) / (len(tasks) * args.probe_samples), 3),
-                           "tasks": len(tasks), "samples": args.probe_samples}
-    if args.seen_probes > 0:  # the training distribution beside it (tinycoder.task_sets.seen_tasks)
+    out: dict[str, Any] = {"solve_rate": rate(tasks), "tasks": len(tasks), "samples": args.probe_samples}
+    if args.seen_probes > 0:
         seen = seen_tasks(path, args.seen_probes, 4, verifier)
-        scores = task_scores(engine, None, seen, args.probe_samples, s.temperature, s.max_tokens, verifier)
-        out["seen_solve_rate"] = round(sum(scores) / (len(seen) * args.probe_samples), 3)
-        out["seen_tasks"] = len(seen)
-    if args.train_corpus is not None:
-        with args.train_corpus.open() as handle:
-            trained_on = {json.loads(line)["program"]["source"] for line in handle}
-        out["tasks_whose_program_was_trained_on"] = sum(t.program in trained_on for t in tasks)
+        out.update(seen_solve_rate=rate(seen), seen_tasks=len(seen))
     return out
 
 
@@ -367,7 +360,6 @@ def main(argv: list[str] | None = None) -> int:
                         "trained on, scored beside them (tinycoder.task_sets.seen_tasks)")
     parser.add_argument("--model-dir", type=Path, help="bench this model directory (e.g. a `python -m tinycoder "
                         "snapshot`) instead of the variant's build")
-    parser.add_argument("--train-corpus", type=Path, help="a build's corpus.jsonl: report how many probe programs it holds")
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "tiny.yaml",
                         help="the run whose sampling settings to use")
     parser.add_argument("--cache-dir", type=Path, help="with --fresh: build into (and keep) this cache root, "

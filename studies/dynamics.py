@@ -23,7 +23,7 @@ code); a folder holding runs of another study is refused with the difference nam
 
 Reports (``reporting.study``; the seed is the unit): per arm and metric the seed-mean trajectory with its 95 % band,
 each seed's OLS slope per 100 steps and their mean with its t interval; the population - single slope difference per
-complexity metric (Welch; the primary claim); held-out probe solve rates of ``studies/learning.py``'s probe set (every
+complexity metric (Welch; the primary claim); held-out probe solve rates of ``tinycoder.task_sets.probe_tasks``'s set (every
 population student, the weakest per seed, the single agent, the base), paired by task with a bootstrap over tasks and
 seeds (the weakest against the weakest of as many single-agent draws); coverage at an equal number of written
 programs; verdicts by one rule each way, and none quoted under 4 seeds an arm. ``--against DIR`` compares every arm's
@@ -277,21 +277,17 @@ def arm_records(run_dirs: list[Path]) -> tuple[Any, list[list[dict[str, Any]]]]:
     return rl, [RunDirectory(d).read_side("proposals") for d in run_dirs]
 
 
-def payoff(run_dirs: list[Path], steps: int) -> dict[str, Any]:
-    """One arm's reward-for-complexity diagnostic (``reporting.complexity_payoff``) from its runs' proposals.jsonl,
+def payoff_and_regime(run_dirs: list[Path], steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One arm's reward-for-complexity diagnostic (``reporting.complexity_payoff``) and its regime per quarter
+    (``reporting.regime``: issue 64's rule, fixed before its study ran), from its runs' proposals.jsonl read once,
     under the advantage settings the runs trained with."""
     rl, records = arm_records(run_dirs)
     if not any(records):
-        return {"note": "no proposals.jsonl in these runs (runs older than the per-proposal records)"}
-    return payoff_summary(records, steps, rl.advantage_weighting, rl.advantage_norm == "whiten")
-
-
-def regime(run_dirs: list[Path], steps: int) -> dict[str, Any]:
-    """One arm's regime per quarter (``reporting.regime``: issue 64's rule, fixed before its study ran)."""
-    rl, records = arm_records(run_dirs)
-    if not any(records):
-        return {"note": "no proposals.jsonl in these runs", "holds": None}
-    return regime_by_quarter(records, steps, rl.advantage_weighting, rl.advantage_norm == "whiten")
+        note = "no proposals.jsonl in these runs (runs older than the per-proposal records)"
+        return {"note": note}, {"note": note, "holds": None}
+    whiten = rl.advantage_norm == "whiten"
+    return (payoff_summary(records, steps, rl.advantage_weighting, whiten),
+            regime_by_quarter(records, steps, rl.advantage_weighting, whiten))
 
 
 def plus_minus(value: dict[str, Any], digits: int = 2) -> str:
@@ -378,8 +374,9 @@ def main() -> None:
     probes = probe_scores(folder, usable, args) if args.probes > 0 else None
     seed_ids = {arm: [int(d.name.removeprefix("seed-")) for d in usable[arm]] for arm in ARMS}
     summary = study_summary(rows["population"], rows["single"], probes, seed_ids)
-    summary["complexity_payoff"] = {arm: payoff(usable[arm], args.steps) for arm in ARMS}
-    summary["regime"] = {arm: regime(usable[arm], args.steps) for arm in ARMS}
+    diagnostics = {arm: payoff_and_regime(usable[arm], args.steps) for arm in ARMS}
+    summary["complexity_payoff"] = {arm: diagnostics[arm][0] for arm in ARMS}
+    summary["regime"] = {arm: diagnostics[arm][1] for arm in ARMS}
     from reporting.study_figure import draw_study
 
     figure = draw_study(rows["population"], rows["single"], folder / "dynamics.png")

@@ -4,9 +4,9 @@ measure the students on a fixed held-out probe set of tasks that neither run eve
     python -m studies.learning [--steps 20] [--samples 4] [--probes 120] [--variant default] [--keep DIR] [key=value ...]
     python -m studies.learning --score-only --keep DIR [...]     # score the runs kept in DIR again
 
-The probe tasks come from the tiny model's own program generator with a seed that neither the model's
-training corpus nor its seed tasks use, their outputs computed by the verifier; probe programs that
-also appear among the model's seed tasks are dropped. Each student answers each probe ``--samples``
+The probe tasks come from the tiny model's own program generator with a seed no build uses, their outputs computed
+by the verifier; programs the model's build drafted (and its seed tasks) are left out
+(``tinycoder.task_sets.probe_tasks``). Each student answers each probe ``--samples``
 times at the run's sampling temperature (``configs/tiny.yaml``); its solve rate is the fraction
 judged correct. "start" is the untrained adapters (Delta W = 0, i.e. the base model), "end" the final
 checkpoint of each run (population: the mean over its students). The teachers' valid-proposal rate and program complexity over time come from

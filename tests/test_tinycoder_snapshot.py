@@ -11,10 +11,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from tinycoder.task_sets import PROBE_SEED, generator_tasks, probe_tasks, seen_tasks, trained_programs
+from tinycoder.task_sets import PROBE_SEED, build_drafts, generator_tasks, probe_tasks, seen_tasks, trained_programs
 from tinycoder.build import build_model
 from tinycoder.cache import MANIFEST
-from tinycoder.corpus import corpus_settings_from_dict, drafted_sources
+from tinycoder.corpus import corpus_settings_from_dict, draw_programs
 from tinycoder.progress import DATA_FILE, PREPARED_DIR, TRAIN_FILE, encoded_from_tensors
 from tinycoder.settings import VARIANTS
 from tinycoder.shipped import SHIPPED_ROOT
@@ -46,7 +46,7 @@ def test_a_training_save_becomes_a_model_directory_with_its_step_and_tokens(tmp_
 
     with pytest.raises(FileExistsError):
         snapshot(MICRO, 0, saves, tmp_path / "step-2")
-    with pytest.raises(ValueError, match="is a save of build"):
+    with pytest.raises(ValueError, match="it is of build"):
         snapshot(VARIANTS["test"], 0, saves, tmp_path / "other")
 
 
@@ -59,8 +59,9 @@ def test_corpus_settings_read_back_from_a_manifest():
 def test_held_out_probes_leave_out_every_program_the_build_drafted():
     shipped = SHIPPED_ROOT / "default"
     built = json.loads((shipped / MANIFEST).read_text())
-    drafts = drafted_sources(corpus_settings_from_dict(built["settings"]["corpus"]), built["seed"])
-    assert len(drafts) == 4000 and drafts <= trained_programs(shipped)
+    drafted = draw_programs(corpus_settings_from_dict(built["settings"]["corpus"]), random.Random(built["seed"]))
+    drafts = {program.source for program, _ in drafted}
+    assert build_drafts(shipped)[1] == drafted and len(drafts) == 4000 and drafts <= trained_programs(shipped)
     with Verifier() as verifier:
         probes = probe_tasks(shipped, 30, 4, verifier)
         seed_only = {json.loads(line)["program"] for line in (shipped / "tasks.jsonl").open()}

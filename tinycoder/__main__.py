@@ -1,4 +1,4 @@
-"""``python -m tinycoder [build|snapshot] [--variant default|test|stronger|stronger-large|larger] [--seed N]``: build (or find) a model, print its path.
+"""``python -m tinycoder [build|snapshot] [--variant V] [--seed N]``: build (or find) a model, print its path.
 
     python -m tinycoder --variant test                  # the model ensure_model gives (shipped, cached or built)
     python -m tinycoder build --variant default --ship  # build into the cache, then ship it as tinycoder/models/default

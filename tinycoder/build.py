@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import sys
 import time
 from dataclasses import asdict, replace
@@ -23,13 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer
 
 from tinycoder.cache import build_once, cache_key
 from tinycoder.corpus import VerifiedProgram, build_corpus
 from tinycoder.examples import Example, ExampleWriter, io_task
 from tinycoder.model import new_model, qwen2_config, stand_in_model
-from tinycoder.progress import DATA_FILE, BuildProgress, Resume, progress_dir_for
+from tinycoder.progress import BuildProgress, Resume, progress_dir_for
 from tinycoder.settings import GENERATOR_VERSION, BuildSettings, describe, resolve_precision
 from tinycoder.tokenizer import reload, save_tokenizer, train_tokenizer
 from tinycoder.train import SavePolicy, cpu_threads, encode, measure_step_seconds, train
@@ -121,10 +119,8 @@ def build_model(
     timings["corpus_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    if resume.prepared is not None and resume.data is not None:
-        for name in (p.name for p in resume.prepared.iterdir() if p.name != DATA_FILE):
-            shutil.copyfile(resume.prepared / name, out_dir / name)
-        tokenizer = AutoTokenizer.from_pretrained(out_dir)  # what reload() checked when the build saved them
+    if saves is not None and resume.prepared is not None and resume.data is not None:
+        tokenizer = saves.restore_prepared(out_dir)
         data = resume.data
         _log(progress, f"{len(data)} examples (saved); tokenizer of {len(tokenizer)} tokens")
     else:

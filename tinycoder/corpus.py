@@ -98,12 +98,6 @@ def draw_programs(settings: CorpusSettings, rng: random.Random) -> list[tuple[Pr
     return drafts
 
 
-def drafted_sources(settings: CorpusSettings, seed: int) -> set[str]:
-    """Every program a build of ``settings`` and ``seed`` drafts, kept or not (``build_corpus`` draws them with
-    ``random.Random(seed)``): what a held-out task set must leave out. A few seconds for 40,000 drafts, no sandbox."""
-    return {program.source for program, _ in draw_programs(settings, random.Random(seed))}
-
-
 def corpus_settings_from_dict(data: dict[str, Any]) -> CorpusSettings:
     """The :class:`CorpusSettings` a build manifest records (``dataclasses.asdict`` of it) back."""
     shapes = dict(data.get("shapes", {}))

@@ -197,11 +197,22 @@ class BuildProgress:
     def load_data(self) -> list[Encoded]:
         return encoded_from_tensors(torch.load(self.directory / PREPARED_DIR / DATA_FILE, weights_only=True))
 
-    def load_train(self) -> TrainState:
-        saved = torch.load(self.directory / TRAIN_FILE, weights_only=True)
+    def load_train(self, path: Path | None = None) -> TrainState:
+        """The training save (``path``: a copy of one, default this directory's ``train.pt``), if it is this build's."""
+        saved = torch.load(path or self.directory / TRAIN_FILE, weights_only=True)
         if saved.get("key") != self.key:
-            raise ValueError(f"it is of build {saved.get('key')}")
+            raise ValueError(f"it is of build {saved.get('key')}, not {self.key}")
         return TrainState(**{k: v for k, v in saved.items() if k != "key"})
+
+    def restore_prepared(self, out_dir: Path) -> Any:
+        """Copy the saved tokenizer files (and ``config.json``) into ``out_dir``; returns the tokenizer read from
+        there (what ``tinycoder.tokenizer.reload`` checked when the build saved them)."""
+        from transformers import AutoTokenizer
+
+        for path in (self.directory / PREPARED_DIR).iterdir():
+            if path.name != DATA_FILE:
+                shutil.copyfile(path, Path(out_dir) / path.name)
+        return AutoTokenizer.from_pretrained(out_dir)
 
     # ------------------------------------------------------------------ writing
     def save_corpus(self, corpus: Sequence[VerifiedProgram]) -> None:

@@ -9,9 +9,9 @@ import random
 from pathlib import Path
 
 from tinycoder.cache import MANIFEST
-from tinycoder.corpus import (CorpusSettings, build_corpus, corpus_settings_from_dict, draw_programs, drafted_sources,
-                              verify_programs)
+from tinycoder.corpus import CorpusSettings, build_corpus, corpus_settings_from_dict, draw_programs, verify_programs
 from tinycoder.examples import f_task, io_task
+from tinycoder.programs import Program
 from verifier.buffers import load_seed_file
 from verifier.sandbox import Verifier
 
@@ -49,15 +49,23 @@ default's build, 21 of the ``stronger-large`` build's, so a bigger corpus would 
 training programs."""
 
 
+def build_drafts(model_dir: Path) -> tuple[CorpusSettings, list[tuple[Program, list[str]]]] | None:
+    """The corpus settings of the build of ``model_dir`` and every program it drafted with the inputs drafted for it,
+    kept or not (``tinycoder.corpus.build_corpus`` draws them with ``random.Random(seed)``; its manifest, or a training
+    save's snapshot, records both): a few seconds for 40,000 drafts, no sandbox. None without a manifest."""
+    manifest = Path(model_dir) / MANIFEST
+    if not manifest.is_file():
+        return None
+    built = json.loads(manifest.read_text())
+    settings = corpus_settings_from_dict(built["settings"]["corpus"])
+    return settings, draw_programs(settings, random.Random(built["seed"]))
+
+
 def trained_programs(model_dir: Path) -> set[str]:
-    """The programs the build of ``model_dir`` drafted (its manifest's corpus settings and seed; a training save's
-    snapshot records them too) and its seed tasks: none of them is held out."""
+    """The programs the build of ``model_dir`` drafted (:func:`build_drafts`) and its seed tasks: none is held out."""
     seen = {t.program for t in load_seed_file(model_dir / "tasks.jsonl")} if (model_dir / "tasks.jsonl").is_file() else set()
-    manifest = model_dir / MANIFEST
-    if manifest.is_file():
-        built = json.loads(manifest.read_text())
-        seen |= drafted_sources(corpus_settings_from_dict(built["settings"]["corpus"]), built["seed"])
-    return seen
+    built = build_drafts(model_dir)
+    return seen | ({program.source for program, _ in built[1]} if built is not None else set())
 
 
 SEEN_SEED = 5_555_555
@@ -65,12 +73,13 @@ SEEN_SEED = 5_555_555
 
 def seen_tasks(model_dir: Path, count: int, n_inputs: int, verifier: Verifier) -> list:
     """``count`` tasks of programs the model's build drafted, with the inputs drafted for its training (those the
-    sandbox keeps; its manifest's corpus settings and seed): the training distribution, beside the held-out probes.
-    A model that fits its corpus solves these about as often as its examples were right; a gap to the held-out
-    probes is what it memorised rather than learned."""
-    built = json.loads((Path(model_dir) / MANIFEST).read_text())
-    settings = corpus_settings_from_dict(built["settings"]["corpus"])
-    drafts = draw_programs(settings, random.Random(built["seed"]))
+    sandbox keeps; :func:`build_drafts`): the training distribution, beside the held-out probes. A model that fits its
+    corpus solves these about as often as its examples were right; a gap to the held-out probes is what it memorised
+    rather than learned."""
+    built = build_drafts(model_dir)
+    if built is None:
+        raise ValueError(f"{model_dir} has no {MANIFEST}: which programs its build drafted is unknown")
+    settings, drafts = built
     rng = random.Random(SEEN_SEED)
     chosen = rng.sample(drafts, min(len(drafts), 3 * count))
     kept = [item for item in verify_programs(verifier, chosen, settings, rng) if len(item.inputs) >= n_inputs]

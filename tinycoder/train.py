@@ -78,15 +78,19 @@ def make_batches(data: Sequence[Encoded], batch_tokens: int, rng: random.Random)
     return batches
 
 
+def next_batch(queue: list[list[int]], data: Sequence[Encoded], batch_tokens: int, rng: random.Random) -> list[int]:
+    """The data order of :func:`train`: the next batch popped from the end of the epoch's ``queue``, refilled in place
+    with a new epoch's :func:`make_batches` when empty."""
+    if not queue:
+        queue.extend(make_batches(data, batch_tokens, rng))
+    return queue.pop()
+
+
 def tokens_trained(data: Sequence[Encoded], batch_tokens: int, seed: int, steps: int) -> int:
-    """The (unpadded) tokens of the batches the first ``steps`` steps of :func:`train` draw: its data order replayed
-    (``random.Random(seed)``, an epoch's :func:`make_batches` popped from the end)."""
-    rng, queue, total = random.Random(seed), [], 0
-    for _ in range(steps):
-        if not queue:
-            queue = make_batches(data, batch_tokens, rng)
-        total += sum(len(data[i].ids) for i in queue.pop())
-    return total
+    """The (unpadded) tokens of the batches the first ``steps`` steps of :func:`train` draw: its data order
+    (:func:`next_batch` from ``random.Random(seed)``) replayed."""
+    rng, queue = random.Random(seed), []
+    return sum(len(data[i].ids) for _ in range(steps) for i in next_batch(queue, data, batch_tokens, rng))
 
 
 def collate(
@@ -281,9 +285,8 @@ def train(
                disable=not progress, mininterval=2.0)
     began = last_save = time.perf_counter()
     for step in range(start, settings.steps):
-        if not queue:
-            queue = make_batches(data, settings.batch_tokens, rng)
-        ids, attn, target = collate(data, queue.pop(), pad_id, settings.prompt_loss_weight)
+        ids, attn, target = collate(data, next_batch(queue, data, settings.batch_tokens, rng), pad_id,
+                                    settings.prompt_loss_weight)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, settings)
         losses.append(train_step(model, opt, ids, attn, target, settings.grad_clip, precision))
