@@ -90,5 +90,9 @@ def build_here(
     from tinycoder.build import build_cached  # torch and transformers: only where a model is built
 
     target = model_dir(variant, seed, cache_dir)
+    settings = variant_settings(variant)
+    # a continuation starts from its variant's finished model, built here first where the cache lacks it
+    start = None if settings.continues is None else build_here(settings.continues, seed, cache_dir=target.parent,
+                                                                  progress=progress, threads=threads)
     announce = f"building the tiny {variant!r} model (one time, cached in {target})"
-    return build_cached(variant_settings(variant), seed, target, progress=progress, threads=threads, announce=announce)
+    return build_cached(settings, seed, target, progress=progress, threads=threads, announce=announce, start_from=start)

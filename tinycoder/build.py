@@ -28,7 +28,7 @@ from tinycoder.corpus import VerifiedProgram, build_corpus
 from tinycoder.examples import Example, ExampleWriter, io_task
 from tinycoder.model import new_model, qwen2_config, stand_in_model
 from tinycoder.progress import BuildProgress, Resume, progress_dir_for
-from tinycoder.settings import GENERATOR_VERSION, BuildSettings, describe, resolve_precision
+from tinycoder.settings import GENERATOR_VERSION, BuildSettings, data_seed, describe, resolve_precision
 from tinycoder.tokenizer import reload, save_tokenizer, train_tokenizer
 from tinycoder.train import SavePolicy, cpu_threads, encode, measure_step_seconds, train
 from verifier.sandbox import Verifier
@@ -69,6 +69,7 @@ def build_model(
     announce: str | None = None,
     save_dir: Path | None = None,
     save_policy: SavePolicy = SavePolicy(),
+    start_from: Path | None = None,
 ) -> dict[str, Any]:
     """Build the model into ``out_dir`` (see module docstring); returns the manifest it wrote.
 
@@ -78,7 +79,12 @@ def build_model(
     scratch, with one line saying which (printed with ``progress``; the manifest's ``start`` records it too), and
     save there (training: every ``save_policy``). The caller must hold the build's lock and remove the directory
     once the finished model is in place.
+    ``start_from``: for settings that continue a variant (``BuildSettings.continues``), that variant's finished model
+    directory: training starts from its weights (its tokenizer must be the one this build makes).
     """
+    if (settings.continues is None) != (start_from is None):
+        raise ValueError(f"start_from goes with settings that continue a variant (continues={settings.continues!r}, "
+                         f"start_from={start_from})")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     settings = replace(settings, train=resolve_precision(settings.train))
@@ -140,11 +146,14 @@ def build_model(
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     model = new_model(settings.model, tokenizer)
+    if start_from is not None:
+        load_start(model, tokenizer, Path(start_from))
+        _log(progress, f"continuing the {settings.continues!r} model in {start_from}")
     n_params = sum(p.numel() for p in model.parameters())
     _log(progress, f"training a {n_params / 1e6:.1f}M-parameter Qwen2 for {settings.train.steps} steps"
                    + (f" from step {resume.step}" if resume.step else "")
                    + (" (bf16 autocast: this CPU has native bf16)" if settings.train.precision == "bf16" else ""))
-    losses = train(model, data, settings.train, tokenizer.pad_token_id, seed, progress=progress, threads=threads,
+    losses = train(model, data, settings.train, tokenizer.pad_token_id, data_seed(settings, seed), progress=progress, threads=threads,
                    resume=resume.train, save=None if saves is None else saves.save_train, save_policy=save_policy)
     timings["train_s"] = time.perf_counter() - t0
 
@@ -163,6 +172,8 @@ def build_model(
         "openmp_env": {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")},
         # three significant figures, not decimals: a tiny build's step can take under a millisecond
         "s_per_step": float(f"{timings['train_s'] / max(1, settings.train.steps - resume.step):.3g}"),
+        "continues": None if start_from is None else {"variant": settings.continues, "key": described["settings"]["continues"]["key"],
+                                                      "from": str(start_from)},
         "start": resume.line or None,  # the one line that said whether the build resumed (issue 64)
         "resumed_from_step": resume.step if resume.train is not None else None,
         "train_s_total": round(timings["train_s"] + (resume.train.train_s if resume.train is not None else 0.0), 1),
@@ -184,6 +195,7 @@ def build_cached(
     threads: int | None = None,
     announce: str | None = None,
     save_policy: SavePolicy = SavePolicy(),
+    start_from: Path | None = None,
 ) -> Path:
     """Build into the cache entry ``target`` (``<root>/<variant>-<key>``) unless it is there: under its lock, in a
     temporary directory renamed into place (``tinycoder.cache.build_once``), saving progress in
@@ -192,8 +204,20 @@ def build_cached(
     save_dir = progress_dir_for(target)
     return build_once(target.parent, target.name,
                       lambda tmp: build_model(settings, seed, tmp, progress=progress, threads=threads, announce=announce,
-                                              save_dir=save_dir, save_policy=save_policy),
+                                              save_dir=save_dir, save_policy=save_policy, start_from=start_from),
                       leftovers=(save_dir,))
+
+
+def load_start(model: torch.nn.Module, tokenizer: Any, directory: Path) -> None:
+    """Load the weights of the finished model in ``directory`` into ``model`` (as float32), after checking that its
+    tokenizer is ``tokenizer``: a continuation's token ids must mean what they meant to the model it continues."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if AutoTokenizer.from_pretrained(directory).get_vocab() != tokenizer.get_vocab():
+        raise ValueError(f"the tokenizer in {directory} is not the one this build made from its examples: a "
+                         f"continuation needs the corpus and examples of the model it continues")
+    start = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    model.load_state_dict(start.state_dict())
 
 
 def write_model(model: torch.nn.Module, tokenizer: Any, corpus: list[VerifiedProgram], settings: BuildSettings,

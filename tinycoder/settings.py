@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tinycoder.cache import cache_key
 from tinycoder.corpus import CorpusSettings
 from tinycoder.examples import ExampleMix
 from verifier.prompts import student_prompt, student_response, teacher_prompt, teacher_response
@@ -96,6 +97,10 @@ class BuildSettings:
     train: TrainSettings = field(default_factory=TrainSettings)
     max_completion_tokens: int = 180  # proposals must fit the run's generation budget (configs/tiny.yaml: 192)
     seed_tasks: int = 256
+    # A variant whose finished model this build's training starts from (a warm restart: its weights, a fresh AdamW,
+    # this build's own warmup + cosine schedule and data order). Everything but ``train`` must equal that variant's,
+    # so the corpus, the examples and the tokenizer are the same (``continued_settings`` checks).
+    continues: str | None = None
 
 
 # The model `python launch.py` runs with; docs/tinycoder.md has its measured build time and gates. The loss
@@ -125,6 +130,11 @@ VARIANTS: dict[str, BuildSettings] = {
     # (docs/tinycoder.md), so the same corpus and shape for twice the steps (~3.7 epochs); hours, resumable.
     "stronger-long": replace(DEFAULT, mix=ExampleMix(p_correct=1.0),
                              corpus=replace(DEFAULT.corpus, programs=40_000), train=replace(DEFAULT.train, steps=16_000)),
+    # Issue 64, never the default path: `stronger-large`'s finished model trained for its 8,000 steps again (a warm
+    # restart: a fresh AdamW, warmup and cosine schedule, a new data order; 64 M training tokens in all, as
+    # `stronger-long`), half the hours of `stronger-long` because it starts where `stronger-large` ended.
+    "stronger-large-plus": replace(DEFAULT, mix=ExampleMix(p_correct=1.0), continues="stronger-large",
+                                   corpus=replace(DEFAULT.corpus, programs=40_000), train=replace(DEFAULT.train, steps=8000)),
     # For the dynamics study only (docs/dynamics.md, lever 4b), never the default path: the default's corpus, examples
     # and training on a Qwen2 of about four times the parameters (9.2M against 2.4M), so that size is the one change.
     "larger": replace(DEFAULT, model=ModelShape(hidden=320, layers=6, kv_heads=1, intermediate=1280)),
@@ -153,6 +163,26 @@ def prompt_fingerprint() -> str:
     return "\n".join(parts)
 
 
+def continued_settings(settings: BuildSettings) -> BuildSettings | None:
+    """The settings (resolved here, as ``variant_settings``) of the variant ``settings`` continues, or None; a
+    ValueError when they differ in anything but ``train``: a continuation trains the same model on the same data."""
+    if settings.continues is None:
+        return None
+    parent = variant_settings(settings.continues)
+    different = [name for name in BuildSettings.__dataclass_fields__
+                 if name not in ("train", "continues") and getattr(parent, name) != getattr(settings, name)]
+    if different:
+        raise ValueError(f"a build that continues the {settings.continues!r} variant must have its settings but "
+                         f"train; these differ: {', '.join(different)}")
+    return parent
+
+
+def data_seed(settings: BuildSettings, seed: int) -> int:
+    """The seed of a build's data order (``tinycoder.train``): ``seed``, or ``seed + 1`` for a continuation, so
+    that its epochs are not the order the model it continues was trained in."""
+    return seed if settings.continues is None else seed + 1
+
+
 # Training settings added after builds were cached, with the value that behaves as builds did before them: at that
 # value a setting is left out of the key, so those caches keep their keys.
 ADDED_TRAIN_SETTINGS: dict[str, Any] = {"precision": "fp32", "prompt_loss_weight": 0.0}
@@ -164,6 +194,11 @@ def describe(settings: BuildSettings, seed: int) -> dict[str, Any]:
     for name, before in ADDED_TRAIN_SETTINGS.items():
         if described["train"][name] == before:
             del described["train"][name]
+    parent = continued_settings(settings)
+    if parent is None:
+        del described["continues"]  # added after builds were cached: their keys stay
+    else:  # the key of the model it starts from, so that a change to that model makes a new build of this one
+        described["continues"] = {"variant": settings.continues, "key": cache_key(describe(parent, seed))}
     return {"generator": GENERATOR_VERSION, "settings": described, "seed": seed, "prompts": prompt_fingerprint()}
 
 

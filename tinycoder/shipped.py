@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tinycoder.settings import BuildSettings, describe, variant_settings
+from tinycoder.settings import BuildSettings, continued_settings, describe, variant_settings
 from tinycoder.cache import MANIFEST, cache_key
 
 SHIPPED_ROOT = Path(__file__).resolve().parent / "models"
@@ -30,7 +30,7 @@ SHIP_MANIFEST = "shipped.json"
 WEIGHTS = "model.safetensors"
 SHIPPED_SEED = 0
 REBUILD = "python -m tinycoder build --variant {variant} --ship"
-STORAGE = {"stronger-large": "bf16", "stronger-long": "bf16"}
+STORAGE = {"stronger-large": "bf16", "stronger-long": "bf16", "stronger-large-plus": "bf16"}
 """How a variant's weights are stored when shipped (float32 unless named): issue 64 lets its study variant grow the
 shipped weights only in bf16. The config keeps ``dtype: float32``, so loaders upcast on load and compute as before;
 the gates of such a model are measured from the stored weights (docs/tinycoder.md)."""
@@ -44,6 +44,9 @@ def key_without_precision(settings: BuildSettings, seed: int) -> str:
     """The cache key of ``settings`` built with ``seed``, less the training precision (module docstring)."""
     described = describe(settings, seed)
     described["settings"]["train"].pop("precision", None)
+    parent = continued_settings(settings)
+    if parent is not None:  # the model it continues, less its precision too
+        described["settings"]["continues"]["key"] = key_without_precision(parent, seed)
     return cache_key(described)
 
 
@@ -102,7 +105,7 @@ def ship(variant: str, built: Path, machine: str, command: str, root: Path = SHI
     settings = variant_settings(variant)
     if build_manifest.get("seed") != SHIPPED_SEED:
         raise ValueError(f"only seed {SHIPPED_SEED} ships, {built} is seed {build_manifest.get('seed')}")
-    recorded = dict(build_manifest["settings"])
+    recorded = {"continues": None, **build_manifest["settings"]}  # builds before `continues` existed did not record it
     recorded["train"] = {k: v for k, v in recorded["train"].items() if k != "precision"}
     expected = asdict(settings)
     expected["train"] = {k: v for k, v in expected["train"].items() if k != "precision"}

@@ -20,7 +20,7 @@ from tinycoder.build import write_model
 from tinycoder.cache import MANIFEST, cache_key
 from tinycoder.model import new_model
 from tinycoder.progress import TRAIN_FILE, BuildProgress
-from tinycoder.settings import BuildSettings, describe, resolve_precision
+from tinycoder.settings import BuildSettings, data_seed, describe, resolve_precision
 from tinycoder.train import tokens_trained
 
 
@@ -28,7 +28,8 @@ def snapshot(settings: BuildSettings, seed: int, progress_dir: Path, out_dir: Pa
     """Write the training save ``save`` (default: ``progress_dir/train.pt``) of the build of ``settings`` and ``seed``
     as a model directory ``out_dir``, from the build's saved corpus and prepared files in ``progress_dir``
     (``tinycoder.progress.BuildProgress`` reads them); returns the manifest it wrote (``step``, ``steps``,
-    ``tokens_trained``, ``epochs``, the mean loss of its last 20 steps)."""
+    ``tokens_trained``, ``epochs``, the mean loss of its last 20 steps). For a continuation (``BuildSettings.continues``)
+    the tokens and epochs are this build's own steps', the ``continues`` entry says of which model."""
     out_dir = Path(out_dir)
     settings = replace(settings, train=resolve_precision(settings.train))
     described = describe(settings, seed)
@@ -43,10 +44,10 @@ def snapshot(settings: BuildSettings, seed: int, progress_dir: Path, out_dir: Pa
     model = new_model(settings.model, tokenizer)
     model.load_state_dict(state.model)
     write_model(model, tokenizer, corpus, settings, seed, out_dir)
-    tokens = tokens_trained(data, settings.train.batch_tokens, seed, state.step)
+    tokens = tokens_trained(data, settings.train.batch_tokens, data_seed(settings, seed), state.step)
     manifest = {
         "name": "tiny-coder", "snapshot_of": saves.key, "seed": seed, "settings": asdict(settings),
-        "step": state.step, "steps": settings.train.steps, "tokens_trained": tokens,
+        "continues": described["settings"].get("continues"), "step": state.step, "steps": settings.train.steps, "tokens_trained": tokens,
         "epochs": round(tokens / sum(len(d.ids) for d in data), 3),
         "loss_last_20": sum(state.losses[-20:]) / len(state.losses[-20:]), "train_s": state.train_s,
     }
