@@ -66,7 +66,7 @@ def test_dynamics_presets_are_the_papers_regime_and_its_compute_matched_single_a
     assert pop.tasks.family_rotation == "step" and pop.tasks.tasks_per_teacher == 6
     assert pop.league.unsolved_is_teacher_win and pop.evolution.enabled
     assert (pop.evolution.period, pop.evolution.protection_steps) == (25, 10)
-    assert pop.model.tiny_variant == ("test" if overrides else "stronger-large")
+    assert pop.model.tiny_variant == ("test" if overrides else "stronger-large-plus")
     assert single.population.single_agent and single.population.adapters == 1 and not single.evolution.enabled
     for section in ("model", "lora", "tasks", "rewards", "rl", "inference"):
         assert getattr(single, section) == getattr(pop, section), section
