@@ -120,3 +120,14 @@ def test_a_variant_shipped_in_bf16_keeps_its_weights_rounded_and_loads_as_float3
     weights = dict(model.named_parameters())
     name = next(k for k in before if k in weights)
     assert weights[name].dtype == torch.float32 and torch.equal(weights[name].data, before[name].to(torch.bfloat16).float())
+
+
+@pytest.mark.parametrize("variant", SHIPPED)
+def test_a_shipped_manifest_names_no_path_of_the_machine_that_built_it(variant):
+    """A continuation's manifest once recorded its parent's cache directory; shipped text names no local path."""
+    from tinycoder.cache import cache_root
+
+    local = (str(cache_root()), str(Path.home()), str(ROOT))
+    for name in ("tinycoder.json", "shipped.json", "config.json"):
+        text = (SHIPPED_ROOT / variant / name).read_text()
+        assert not any(path in text for path in local), f"tinycoder/models/{variant}/{name} names a local path"

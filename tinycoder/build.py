@@ -172,8 +172,7 @@ def build_model(
         "openmp_env": {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")},
         # three significant figures, not decimals: a tiny build's step can take under a millisecond
         "s_per_step": float(f"{timings['train_s'] / max(1, settings.train.steps - resume.step):.3g}"),
-        "continues": None if start_from is None else {"variant": settings.continues, "key": described["settings"]["continues"]["key"],
-                                                      "from": str(start_from)},
+        "continues": None if start_from is None else described["settings"]["continues"],  # no path: manifests ship
         "start": resume.line or None,  # the one line that said whether the build resumed (issue 64)
         "resumed_from_step": resume.step if resume.train is not None else None,
         "train_s_total": round(timings["train_s"] + (resume.train.train_s if resume.train is not None else 0.0), 1),
