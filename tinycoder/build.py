@@ -146,8 +146,8 @@ def build_model(
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     model = new_model(settings.model, tokenizer)
-    if start_from is not None:
-        load_start(model, tokenizer, Path(start_from))
+    if start_from is not None:  # a training save, when resumed from, holds the weights already
+        load_start(model, tokenizer, Path(start_from), weights=resume.train is None)
         _log(progress, f"continuing the {settings.continues!r} model in {start_from}")
     n_params = sum(p.numel() for p in model.parameters())
     _log(progress, f"training a {n_params / 1e6:.1f}M-parameter Qwen2 for {settings.train.steps} steps"
@@ -207,14 +207,16 @@ def build_cached(
                       leftovers=(save_dir,))
 
 
-def load_start(model: torch.nn.Module, tokenizer: Any, directory: Path) -> None:
-    """Load the weights of the finished model in ``directory`` into ``model`` (as float32), after checking that its
-    tokenizer is ``tokenizer``: a continuation's token ids must mean what they meant to the model it continues."""
+def load_start(model: torch.nn.Module, tokenizer: Any, directory: Path, weights: bool = True) -> None:
+    """Check that the tokenizer of the finished model in ``directory`` is ``tokenizer`` (a continuation's token ids must
+    mean what they meant to the model it continues), then, with ``weights``, load its weights into ``model`` (float32)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if AutoTokenizer.from_pretrained(directory).get_vocab() != tokenizer.get_vocab():
         raise ValueError(f"the tokenizer in {directory} is not the one this build made from its examples: a "
                          f"continuation needs the corpus and examples of the model it continues")
+    if not weights:
+        return
     start = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     model.load_state_dict(start.state_dict())
 
