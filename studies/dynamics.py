@@ -104,6 +104,16 @@ def code_version() -> str:
     return digest.hexdigest()[:16]
 
 
+def clean_commit() -> str | None:
+    """The checked-out commit when the tracked training code (``TRAINING_CODE``) has no uncommitted change, else None:
+    a study folder records it, so that runs kept from an older tree can be finished from a checkout of it."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *TRAINING_CODE], cwd=ROOT, capture_output=True, text=True)
+    if head.returncode != 0 or dirty.returncode != 0 or dirty.stdout.strip():
+        return None
+    return head.stdout.strip()
+
+
 def study_identity(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "steps": args.steps,
@@ -136,7 +146,7 @@ def check_identity(folder: Path, identity: dict[str, Any], report_only: bool) ->
         if report_only:
             raise SystemExit(f"error: {folder} holds no study (no study.json); run the study first")
         folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(identity, indent=1))
+        path.write_text(json.dumps({**identity, "commit": clean_commit()}, indent=1))  # the commit: not compared
         return
     kept = json.loads(path.read_text())
     differ = sorted(k for k in identity if kept.get(k) != identity[k])
@@ -148,7 +158,10 @@ def check_identity(folder: Path, identity: dict[str, Any], report_only: bool) ->
         shown = {k: (kept.get(k), identity[k]) for k in differ if k not in ("population_config", "single_config")}
         raise SystemExit(f"error: {folder} holds runs of another study: {', '.join(differ)} differ "
                          f"({'; '.join(f'{k}: kept {a!r}, now {b!r}' for k, (a, b) in shown.items()) or 'config files changed'}). "
-                         "Use another --keep folder (or --report-only to summarise the kept runs as they are).")
+                         "Use another --keep folder (or --report-only to summarise the kept runs as they are)."
+                         + (f" To finish the kept runs with the code they began with, run this command from a checkout "
+                            f"of commit {kept['commit'][:12]} (git worktree add ../study-{kept['commit'][:8]} "
+                            f"{kept['commit'][:12]})." if "code_version" in differ and kept.get("commit") else ""))
 
 
 def run_state(run_dir: Path, steps: int) -> tuple[str, int]:

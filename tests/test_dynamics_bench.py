@@ -89,6 +89,19 @@ def test_runs_of_another_study_are_refused_before_any_run(study):
     assert missing.returncode != 0 and "--against" in missing.stderr and "no summary.json there" in missing.stderr
 
 
+def test_runs_of_older_code_are_refused_with_the_commit_to_finish_them_from(study, tmp_path):
+    folder, _ = study
+    assert "commit" in json.loads((folder / "study.json").read_text())  # recorded (None from a dirty tree)
+    copy = tmp_path / "study"
+    shutil.copytree(folder, copy)
+    identity = json.loads((copy / "study.json").read_text())
+    (copy / "study.json").write_text(json.dumps({**identity, "code_version": "0" * 16, "commit": "ab" * 20}))
+    refused = bench(copy)
+    assert refused.returncode != 0 and "code_version" in refused.stderr
+    assert "from a checkout of commit abababababab (git worktree add ../study-abababab abababababab)" in refused.stderr
+    assert "starting" not in refused.stderr
+
+
 def test_a_failed_run_is_reported_and_left_out(study, tmp_path):
     folder, _ = study
     copy = tmp_path / "study"
