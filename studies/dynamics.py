@@ -156,12 +156,12 @@ def check_identity(folder: Path, identity: dict[str, Any], report_only: bool) ->
         return
     if differ:
         shown = {k: (kept.get(k), identity[k]) for k in differ if k not in ("population_config", "single_config")}
+        commit = (kept.get("commit") or "")[:12]
+        finish = (f" To finish the kept runs with the code they began with, run this command from a checkout of commit "
+                  f"{commit} (git worktree add ../study-{commit[:8]} {commit}).") if commit and "code_version" in differ else ""
         raise SystemExit(f"error: {folder} holds runs of another study: {', '.join(differ)} differ "
                          f"({'; '.join(f'{k}: kept {a!r}, now {b!r}' for k, (a, b) in shown.items()) or 'config files changed'}). "
-                         "Use another --keep folder (or --report-only to summarise the kept runs as they are)."
-                         + (f" To finish the kept runs with the code they began with, run this command from a checkout "
-                            f"of commit {kept['commit'][:12]} (git worktree add ../study-{kept['commit'][:8]} "
-                            f"{kept['commit'][:12]})." if "code_version" in differ and kept.get("commit") else ""))
+                         "Use another --keep folder (or --report-only to summarise the kept runs as they are)." + finish)
 
 
 def run_state(run_dir: Path, steps: int) -> tuple[str, int]:
