@@ -1,7 +1,7 @@
 """Validation of teacher proposals and judgement of student answers for code_o, code_i, code_f.
 
 Both work on whole batches and send every execution of a batch to ``Verifier.execute_many`` in
-one call, so a step's work runs in parallel. Student answers are parsed with ``ast.literal_eval``
+one call, so a step's work runs in parallel. Student answers are read with ``verifier.literals``
 (never evaluated on the host); code_i answers and code_f programs run in the sandbox.
 
 - code_o (deduction): correct when ``literal(answer) == literal(gold output)`` (value equality,
@@ -13,10 +13,10 @@ one call, so a step's work runs in parallel. Student answers are parsed with ``a
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from verifier.literals import equal as values_equal
 from verifier.prompts import Answer, Proposal, parse_answer
 from verifier.sandbox import ExecResult, Status, Verifier
 from verifier.tasks import Task, check_family
@@ -43,25 +43,6 @@ class Judgement:
     well_formed: bool
     correct: bool
     reason: str = ""
-
-
-def _literal(text: str) -> tuple[bool, Any]:
-    try:
-        return True, ast.literal_eval(text)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False, None
-
-
-def values_equal(a_text: str, b_text: str) -> bool:
-    """Value equality of two literal texts; False when either is not a literal."""
-    ok_a, a = _literal(a_text)
-    ok_b, b = _literal(b_text)
-    if not (ok_a and ok_b):
-        return False
-    try:
-        return bool(a == b)
-    except (RecursionError, MemoryError, TypeError):
-        return False
 
 
 def validate_proposals(

@@ -6,8 +6,8 @@ Two checks, one per side of the sandbox:
   of an exact literal type (``int``, ``str``, ``list``, ...; no subclasses, whose repr may say
   anything) and no container may contain itself (a self-referencing list reprs as ``[[...]]``,
   which reads back as ``[[Ellipsis]]``).
-- ``output_problem`` runs in the caller on the text: it must be one Python literal
-  (``ast.literal_eval``) and hold no ``...`` (the recursion marker of ``repr``; a genuine
+- ``output_problem`` runs in the caller on the text: it must be one Python literal that
+  ``verifier.literals`` reads (in time bounded by its length) and hold no ``...`` (the recursion marker of ``repr``; a genuine
   ``Ellipsis`` reprs as a name, which is not a literal).
 
 Standard library only: the fork server imports this module.
@@ -16,6 +16,8 @@ Standard library only: the fork server imports this module.
 from __future__ import annotations
 
 import ast
+
+from verifier.literals import LiteralError, PARSE_ERRORS, build_checked, parse
 
 LITERAL_SCALARS: frozenset[type] = frozenset({int, float, complex, str, bytes, bool, type(None)})
 LITERAL_CONTAINERS: frozenset[type] = frozenset({tuple, list, dict, set})
@@ -56,10 +58,13 @@ def value_problem(value: object, max_items: int = 1_000_000) -> str | None:
 def output_problem(output: str) -> str | None:
     """None when ``output`` is one Python literal holding no recursion marker, else the reason."""
     try:
-        tree = ast.parse(output, mode="eval")
-        ast.literal_eval(tree)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        tree = parse(output, "eval")
+    except PARSE_ERRORS:
         return f"output is not a Python literal: {output[:80]}"
+    try:
+        build_checked(tree)
+    except LiteralError as exc:
+        return f"output is not a Python literal ({str(exc)[:120]}): {output[:80]}"
     for node in ast.walk(tree):
         if type(node) is ast.Constant and node.value is Ellipsis:
             return f"output holds '...', the repr of a container that contains itself: {output[:80]}"

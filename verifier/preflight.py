@@ -5,7 +5,7 @@ Parsing, the static guard check and compiling happen once per distinct program h
 per run in a cold forked child, where every touched page is a copy-on-write fault), and the
 argument list is parsed into literal values once. Both travel to the child as ``marshal`` bytes,
 so the child only loads, runs and reprs. Nothing here executes the untrusted text: ``ast.parse``,
-``compile`` and ``ast.literal_eval`` build objects, and every failure (including the parser's
+``compile`` and ``verifier.literals`` build objects, and every failure (including the parser's
 ``RecursionError``/``MemoryError`` on pathological nesting) becomes a verdict.
 """
 
@@ -18,6 +18,7 @@ import warnings
 from dataclasses import dataclass
 
 from verifier.guard import ALLOWED_MODULES, static_violation
+from verifier.literals import parse
 from verifier.prompts import parse_arguments
 
 
@@ -38,7 +39,7 @@ def prepare_program(program: str, guards: bool = True, allowed: frozenset[str] =
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tree = ast.parse(program, "<program>")
+            tree = parse(program, "exec", "<program>")
             if guards:
                 reason = static_violation(tree, allowed)
                 if reason:
@@ -53,7 +54,7 @@ def prepare_program(program: str, guards: bool = True, allowed: frozenset[str] =
 
 
 def prepare_args(args: str) -> Prepared:
-    """Parse argument-list text into literal values (``ast.literal_eval``), marshalled as base64."""
+    """Parse argument-list text into literal values (``verifier.literals``), marshalled as base64."""
     try:
         values = parse_arguments(args)
     except ValueError as exc:

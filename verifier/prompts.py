@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from verifier.literals import LiteralError, build_checked as build_literal, parse as parse_text, read as read_literal
 from verifier.tasks import FAMILIES, Task, check_family
 
 TEACHER_INSTRUCTIONS = {
@@ -227,24 +228,25 @@ def _proposal(family: str, text: str, program: str | None, n_inputs: int | None)
 
 
 def check_literal(text: str) -> str | None:
-    """None when ``text`` is one Python literal, else the reason (``ast.literal_eval``; nothing is evaluated)."""
+    """None when ``text`` is one Python literal, else the reason (``verifier.literals.read``; nothing is evaluated)."""
     try:
-        ast.literal_eval(text.strip())
+        read_literal(text.strip())
         return None
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
-        return f"not a Python literal: {type(exc).__name__}: {str(exc)[:80]}"
+    except LiteralError as exc:
+        return str(exc)[:120]
 
 
 def parse_arguments(text: str) -> tuple[list, dict]:
     """Parse argument-list text (``'abc', [1, 2], k=3``) into literal positional and keyword values.
 
-    Only literals are accepted (``ast.literal_eval`` on each argument), so nothing is evaluated.
-    Raises ``ValueError`` naming the problem.
+    Only literals are accepted (``verifier.literals`` on each argument: ``ast.literal_eval``'s
+    grammar, in time bounded by the text's length), so nothing is evaluated. Raises ``ValueError``
+    naming the problem.
     """
     if not isinstance(text, str):
         raise ValueError(f"arguments must be text, got {type(text).__name__}")
     try:
-        call = ast.parse(f"f({text.strip()}\n)", mode="eval").body
+        call = parse_text(f"f({text.strip()}\n)").body
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         raise ValueError(f"arguments do not parse as an argument list: {type(exc).__name__}: {str(exc)[:80]}") from None
     if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.func.id != "f":
@@ -254,9 +256,9 @@ def parse_arguments(text: str) -> tuple[list, dict]:
         if position > len(call.args) and call.keywords[position - len(call.args) - 1].arg is None:
             raise ValueError("** arguments are not allowed")
         try:
-            value = ast.literal_eval(node)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            raise ValueError(f"argument {position} is not a Python literal: {_shown(node)}") from None
+            value = build_literal(node)
+        except LiteralError as exc:
+            raise ValueError(f"argument {position} is not a Python literal: {_shown(node)} ({str(exc)[:80]})") from None
         if position <= len(call.args):
             args.append(value)
         else:
@@ -283,7 +285,7 @@ def check_arguments(text: str) -> str | None:
 def check_program(text: str) -> str | None:
     """None when ``text`` parses and defines a top-level ``f``, else the reason."""
     try:
-        tree = ast.parse(text)
+        tree = parse_text(text, "exec")
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         return f"program does not parse: {type(exc).__name__}: {str(exc)[:80]}"
     if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "f" for n in tree.body):
