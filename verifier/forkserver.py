@@ -10,16 +10,22 @@ strings the same way. The server
    namespaces and an empty read-only root; it goes on as pid 1 of the new PID namespace while its
    parent, the keeper, waits outside;
 3. makes one Landlock ruleset (``verifier.landlock``) that denies everything;
-4. forks a zygote (``_Zygote``), from a fresh thread so that the zygote's stack holds none of the
-   server's frames, then loops: read requests (JSON lines on stdin), have the zygote clone a child
-   per request (the server's own child, through ``CLONE_PARENT``; the server forks itself where
-   that is unavailable or the zygote died), enforce the wall-clock deadline with
-   ``killpg(SIGKILL)``, reap the child through a pidfd, read the child's one result frame from a
-   pipe made for that run alone (``verifier.frames``; the zygote receives its write end with the
-   request), write one JSON result line per request on stdout. It exits on EOF.
+4. forks a zygote (``_Zygote``) before it reads any request, from a fresh thread so that the
+   zygote's stack holds none of the server's frames, then loops: read requests (JSON lines on
+   stdin), have the zygote clone a child per request (the server's own child, through
+   ``CLONE_PARENT``), send the child its request on a pipe made for that run (the zygote only
+   passes the pipe on, so no request ever enters the process runs are cloned from), enforce the
+   wall-clock deadline with ``killpg(SIGKILL)``, reap the child through a pidfd, read the child's
+   one result frame from another pipe made for that run alone (``verifier.frames``), write one JSON
+   result line per request on stdout, never blocking on it. It exits on EOF, when its caller dies,
+   and, once its runs in flight have reported, when the zygote died (``Server.retire``: the
+   server never clones or forks a run itself; the caller retries the rest on a fresh server).
+   Where ``clone`` is unavailable (no system call number for this machine) there is no zygote and
+   the caller refuses to start the verifier.
 
-A child (``_child``) confines itself before it touches the program (``_confine_child``): new
-session and process group, stdin/stdout/stderr on /dev/null, an empty environment, rlimits (CPU
+A child (``_child``) reads its request, draws 8 fresh bytes for its random number generators and
+heap shift, and confines itself before it touches the program (``_confine_child``): new
+session and process group, stdin/stdout/stderr closed, an empty environment, rlimits (CPU
 seconds, address space, file size 0, no new processes, few descriptors, no core), as root a fresh
 empty directory as chroot and an unprivileged uid of its own, the Landlock ruleset, every other
 descriptor closed except its result pipe, a parent-death signal, and last the seccomp filter
@@ -33,6 +39,7 @@ with the run. Each OS layer can be switched off (``layers``) to test that every 
 
 from __future__ import annotations
 
+import _random
 import _thread
 import base64
 import binascii
@@ -80,6 +87,7 @@ CHILD_FDS = 8
 BAD_EXIT = 70
 CLONE_PARENT = 0x00008000
 PR_SET_PDEATHSIG = syscalls.PR_SET_PDEATHSIG
+CALLER_CHECK_S = namespaces.CALLER_CHECK_S  # how often an idle server looks whether its caller is still alive
 
 
 class Context:
@@ -100,6 +108,8 @@ class Context:
         self.restrict_landlock: Callable[[int], int] = lambda fd: -38
         self.install_hook: Callable[[Callable[[str], Any]], None] = guard.install_audit_hook
         self.disarm: Callable[[Callable[[str], Any]], None] = guard.disarm
+        self.generators: list[_random.Random] = []  # every random number generator a run inherits (``_reseed``)
+        self.seed: Callable[[Any, int], None] = _random.Random.seed
 
 
 CONTEXT: Context | None = None
@@ -136,8 +146,9 @@ def _confine_child(ctx: Context, workdir: str, uid: int, cpu_s: int, address_spa
     report = {"chroot": False, "uid": os.getuid(), "parent_death_signal": False, "landlock": False, "seccomp": False,
               "process_limits": ctx.process_limits}
     os.setsid()
-    for fd in (0, 1, 2):
-        os.dup2(ctx.devnull, fd)
+    # closed, not /dev/null: a /dev/null shared with the zygote would be one open file description for
+    # every run, whose flags one run could set for the next (the isolated root has no /dev/null to open)
+    os.closerange(0, RESULT_FD)
     # the environment was emptied and the signal dispositions set once in the server (``main``)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     _set_limit(resource.RLIMIT_AS, address_space)
@@ -184,10 +195,10 @@ def _confine_child(ctx: Context, workdir: str, uid: int, cpu_s: int, address_spa
 
 def _forget_privileged_modules() -> None:
     """Drop the verifier's modules from ``sys.modules`` and this module's references to the ones
-    that hold kernel calls or the policy. Done once in the zygote (its children inherit it) and in
-    a child the server forks itself; what a child still needs travels in ``CONTEXT``."""
+    that hold kernel calls or the policy. Done once in the zygote (its children inherit it); what a
+    child still needs travels in ``CONTEXT``."""
     global guard, landlock, namespaces, syscalls
-    # and the socket module, loaded only for the zygote's request socket (its bound functions keep working)
+    # and the socket module, loaded only for the zygote's command socket (its bound functions keep working)
     for name in [m for m in sys.modules if m == "verifier" or m.startswith("verifier.") or m in ("socket", "_socket")]:
         del sys.modules[name]
     guard = landlock = namespaces = syscalls = None  # type: ignore[assignment]
@@ -205,20 +216,30 @@ class _Pad:
     """An instance the size of a small user object, for ``_perturb_allocator``."""
 
 
-def _perturb_allocator() -> None:
+def _reseed(entropy: int) -> None:
+    """Seed every random number generator the run can reach from ``entropy`` (8 fresh bytes of this
+    run): ``random``'s module-level generator and any other ``random.Random`` made before the zygote
+    was forked (``Context.generators``). A program that draws from one gets other numbers in each
+    of its runs, so the determinism check calls it NONDETERMINISTIC on one worker or several;
+    a run that seeds a generator itself is reproducible as before. The C-level ``seed`` touches
+    only the generators' own state (a few pages), not ``random``'s Python code."""
+    for generator in CONTEXT.generators:
+        CONTEXT.seed(generator, entropy)
+
+
+def _perturb_allocator(entropy: int) -> None:
     """Shift the heap by an amount that differs from run to run, so that a program whose value depends
     on object addresses (``hash(object())``, iterating a set of instances) gives different results in
-    its two runs: forked children otherwise share the server's heap layout.
+    its two runs: cloned children otherwise share the zygote's heap layout.
 
-    The amounts come from the pid (two live runs never share one; two pids give equal amounts only
-    when they differ by a multiple of 251 * 241), not from ``random``: reseeding it and drawing cost
-    each child ~40 page faults, about 15% of an execution (measured).
+    The amounts come from the run's fresh ``entropy`` (two runs get equal shifts with probability
+    1 / (251 * 241), on one worker or several), not from drawing from ``random``: reseeding it in
+    Python and drawing cost each child ~40 page faults, about 15% of an execution (measured).
     """
-    pid = os.getpid()
-    _perturb_allocator.pad = [object() for _ in range(pid % 251)] + [_Pad() for _ in range(pid % 241)]
+    _perturb_allocator.pad = [object() for _ in range(entropy % 251)] + [_Pad() for _ in range((entropy >> 8) % 241)]
 
 
-def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bool) -> tuple[str, str | None, str]:
+def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bool, entropy: int) -> tuple[str, str | None, str]:
     """Load the compiled program and the literal arguments (prepared by ``verifier.preflight``), run
     ``f(*args, **kwargs)``; returns (status, output repr or None, error). A violation of the
     Python layer never returns here: ``deny`` writes FORBIDDEN and ends the process."""
@@ -230,6 +251,7 @@ def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bo
     except Exception as exc:  # our own request, never a program's: the run ends without a frame (CRASHED)
         raise RuntimeError(f"undecodable request: {type(exc).__name__}") from None
     module = type(sys)("__main__")
+    _reseed(entropy)
     ctx = _take_context()
     deny, install_hook = ctx.deny, ctx.install_hook
     if guards:
@@ -238,7 +260,7 @@ def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bo
             ctx.disarm(deny)
     del ctx
     sys.modules["__main__"] = module
-    _perturb_allocator()
+    _perturb_allocator(entropy)
     if guards:
         install_hook(deny)
     del install_hook
@@ -263,17 +285,31 @@ def _run_program(code_b64: str, args_b64: str, max_output_chars: int, guards: bo
     return "ok", output, ""
 
 
-def _child(request: dict, result_fd: int, workdir: str, uid: int, address_space: int, server: int) -> None:
-    """Body of a forked child of ``server`` (its pid); never returns."""
+def _read_request(fd: int) -> bytes:
+    """Everything the server writes on the run's request pipe, up to its end of file."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _child(request_fd: int, result_fd: int, server: int) -> None:
+    """Body of a child cloned by the zygote for ``server`` (its pid); never returns. The child, not
+    the zygote, receives the request (``marshal``led ``(request, workdir, uid, address_space)`` on a
+    pipe of its own): nothing of it is in the process the next run is cloned from."""
     try:
         os.dup2(result_fd, RESULT_FD)
+        request, workdir, uid, address_space = marshal.loads(_read_request(request_fd))
+        entropy = int.from_bytes(os.urandom(8), "little")
         cpu_s = int(math.ceil(request["timeout_s"])) + 1
         report = _confine_child(CONTEXT, workdir, uid, cpu_s, address_space, server)
         if request.get("probe"):
             data = encode_frame("probe", "", json.dumps(report))
         else:
             status, output, error = _run_program(
-                request["code"], request["args"], request["max_output_chars"], request["guards"]
+                request["code"], request["args"], request["max_output_chars"], request["guards"], entropy
             )
             data = encode_frame(status, error, output or "")
         view = memoryview(data)
@@ -284,25 +320,16 @@ def _child(request: dict, result_fd: int, workdir: str, uid: int, address_space:
         os._exit(BAD_EXIT)
 
 
-def _receive_exactly(sock: socket.socket, size: int, head: bytes = b"") -> bytes | None:
-    """``size`` bytes from a blocking stream socket (``head`` already read), or None at end of file."""
-    chunks, left = [head], size - len(head)
-    while left > 0:
-        chunk = sock.recv(min(left, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
 def _zygote_main(kit: list) -> None:
-    """The zygote's loop: receive ``size payload`` with the run's result pipe attached
-    (``SCM_RIGHTS``), clone a child that runs it, close its copy of the pipe, answer the pid.
+    """The zygote's loop: receive one byte with two descriptors attached (``SCM_RIGHTS``): the
+    write end of the run's result pipe and the read end of its request pipe; clone a child that
+    reads its request from the latter and runs it; close both copies; answer the pid.
 
-    ``kit`` (emptied at once) holds the request socket, the reply pipe, ``clone`` and the server's
-    pid; a cloned child deletes ``clone`` from this frame before it runs anything."""
-    requests, replies, clone, server, devnull = kit
+    The zygote never receives a request: no program, argument or output ever enters the memory
+    every run is cloned from. ``kit`` (emptied at once) holds the command socket, the reply pipe,
+    ``clone``, the server's pid and /dev/null; a cloned child deletes ``clone`` from this frame
+    before it runs anything."""
+    commands, replies, clone, server, devnull = kit
     kit.clear()
     kernel = CONTEXT.kernel if CONTEXT is not None else None
     if kernel is None or kernel.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)) != 0 or os.getppid() != server:
@@ -314,28 +341,24 @@ def _zygote_main(kit: list) -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     low = 3  # hold no descriptor of the server's (its stdin and stdout are the host's pipes)
-    for fd in sorted({requests.fileno(), replies, devnull, CONTEXT.landlock_fd} - {-1}):
+    for fd in sorted({commands.fileno(), replies, devnull, CONTEXT.landlock_fd} - {-1}):
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, 1 << 20)
-    receive, space, order = requests.recvmsg, socket.CMSG_SPACE(4), sys.byteorder
+    receive, space, order = commands.recvmsg, socket.CMSG_SPACE(8), sys.byteorder
     while True:
-        # one request at a time (the server waits for each answer), so one read takes all of it but a large payload
-        data, ancillary, _, _ = receive(1 << 16, space)
-        if len(data) < 8 or len(ancillary) != 1 or len(ancillary[0][2]) < 4:  # the server is gone or closed us
+        data, ancillary, _, _ = receive(1, space)
+        if len(data) != 1 or len(ancillary) != 1 or len(ancillary[0][2]) < 8:  # the server is gone or closed us
             return
-        result_fd = int.from_bytes(ancillary[0][2][:4], order)
-        size = int.from_bytes(data[:8], "little")
-        message = data if len(data) >= 8 + size else _receive_exactly(requests, 8 + size, data)
-        if message is None:
-            return
-        payload = message[8:]
+        fds = ancillary[0][2]
+        result_fd, request_fd = int.from_bytes(fds[:4], order), int.from_bytes(fds[4:8], order)
         pid = clone()
         if pid == 0:
             del clone
-            request, workdir, uid, address_space = marshal.loads(payload)
-            _child(request, result_fd, workdir, uid, address_space, server)
-        os.close(result_fd)  # before the answer: once the server has it, only the run holds the write end
+            _child(request_fd, result_fd, server)
+        # before the answer: once the server has it, only the run holds the result pipe's write end
+        os.close(result_fd)
+        os.close(request_fd)
         os.write(replies, pid.to_bytes(8, "little", signed=True))
 
 
@@ -349,13 +372,17 @@ class _Zygote:
     It is forked from a new thread: its only stack starts there, so no frame of the server (and
     nothing they hold) is reachable from a run's frames. That thread then parks for the server's
     lifetime: a parent-death signal fires when the parent *thread* ends.
-    Protocol: on a UNIX stream socket, ``size`` (8 bytes, little-endian) and a marshalled
-    ``(request, workdir, uid, address_space)``, with the write end of the run's new result pipe
-    attached to the first byte (``SCM_RIGHTS``); the answer, on a pipe, is the pid (or -errno), 8 bytes.
+    It is forked before the server reads any request, and it never receives one (the run does,
+    on a pipe of its own), so it stays as it was forked for its whole life. When it dies, the
+    server takes no more requests (``Server.retire``): a server that has read requests never
+    becomes the process runs are cloned from, and the caller starts a fresh server.
+    Protocol: on a UNIX stream socket, one byte with two descriptors attached (``SCM_RIGHTS``): the
+    write end of the run's result pipe and the read end of its request pipe; the answer, on a pipe,
+    is the pid (or -errno), 8 bytes.
     """
 
     def __init__(self, clone: Callable[[], int], server: int, devnull: int):
-        self.requests, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.commands, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.replies, rep_w = os.pipe()
         kit = [zygote_end, rep_w, clone, server, devnull]
         forked = _thread.allocate_lock()
@@ -383,14 +410,12 @@ class _Zygote:
         zygote_end.close()
         os.close(rep_w)
 
-    def clone(self, payload: bytes, result_fd: int) -> int | None:
-        """The pid of a new child of ours running ``payload`` with ``result_fd`` as its result pipe;
-        None (and the zygote closed) on failure."""
-        data = len(payload).to_bytes(8, "little") + payload
+    def clone(self, result_fd: int, request_fd: int) -> int | None:
+        """The pid of a new child of ours that reads its request from ``request_fd`` and answers on
+        ``result_fd``; None (and the zygote closed) on failure."""
+        fds = result_fd.to_bytes(4, sys.byteorder) + request_fd.to_bytes(4, sys.byteorder)
         try:
-            sent = self.requests.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, result_fd.to_bytes(4, sys.byteorder))])
-            if sent < len(data):
-                self.requests.sendall(data[sent:])
+            self.commands.sendmsg([b"c"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
             reply = os.read(self.replies, 8)
         except OSError:
             reply = b""
@@ -403,7 +428,7 @@ class _Zygote:
     def close(self) -> None:
         if self.pid is None:
             return
-        self.requests.close()
+        self.commands.close()
         os.close(self.replies)
         try:
             os.kill(self.pid, signal.SIGKILL)
@@ -411,6 +436,20 @@ class _Zygote:
         except OSError:
             pass
         self.pid = None
+
+
+def _send_request(fd: int, payload: bytes) -> None:
+    """Write a run's request on its pipe and close it. The run reads it as soon as it is cloned, so
+    the write waits only on our own code in the run; a run that died first leaves the write
+    failing, and its exit gives its verdict."""
+    view = memoryview(payload)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class _Running:
@@ -466,6 +505,10 @@ class Server:
         if layers["namespaces"] and kernel is not None:
             self.isolation = namespaces.isolate(kernel, self.root, self.uid_base, keep_capabilities=ctx.credentials)
         self.pid = os.getpid()
+        if kernel is not None:
+            # not dumpable from here on (the zygote and every run inherit it): a run of our uid (no root,
+            # seccomp off) cannot read or write our memory, which holds every request, nor the zygote's
+            kernel.prctl(syscalls.PR_SET_DUMPABLE, 0)
         self.landlock_abi = landlock.abi(kernel)
         ctx.python_guards = bool(settings.get("python_guards", True))
         if layers["landlock"] and self.landlock_abi and self.no_new_privs:
@@ -497,35 +540,60 @@ class Server:
         self.counter = 0
         self.inbuf = b""
         self.outbox: list[bytes] = []
+        self.unsent = memoryview(b"")  # what the last write to stdout left (stdout is non-blocking)
+        self.writing = False  # stdout is watched for room
         self.closing = False
+        # the caller, whose death ends us even where another process keeps our pipes open; inside
+        # the PID namespace the parent is out of sight, and the keeper watches the caller instead
+        self.caller = None if self.isolation["isolated"] else os.getppid()
 
     def send(self, message: dict) -> None:
         """Queue one JSON line; ``flush`` writes the queue once per turn of the loop (one syscall)."""
         self.outbox.append(json.dumps(message).encode() + b"\n")
 
     def flush(self) -> None:
-        if not self.outbox:
-            return
-        view = memoryview(b"".join(self.outbox))
-        self.outbox.clear()
+        """Write what stdout takes now, never waiting: a caller that does not read holds up no run,
+        no deadline and no request of ours. What is left waits for room (``EVENT_WRITE``)."""
+        if not self.unsent and self.outbox:
+            self.unsent = memoryview(b"".join(self.outbox))
+            self.outbox.clear()
         try:
-            while view:
-                view = view[os.write(1, view) :]
-        except OSError:  # the host is gone: nobody wants the results
+            while self.unsent:
+                self.unsent = self.unsent[os.write(1, self.unsent) :]
+        except BlockingIOError:
+            pass
+        except OSError:  # the caller is gone: nobody wants the results
+            self.unsent, self.outbox = memoryview(b""), []
             self.stop()
+        waiting = bool(self.unsent)
+        if waiting != self.writing:
+            self.writing = waiting
+            if waiting:
+                self.selector.register(1, selectors.EVENT_WRITE, ("stdout", None))
+            else:
+                self.selector.unregister(1)
 
-    def stop(self) -> None:
-        """Stop reading requests and kill every run in flight."""
+    def retire(self) -> None:
+        """Take no more requests: the runs in flight finish and report, and the caller, at the end
+        of our output, retries the requests we did not run on a fresh server."""
         if not self.closing:
             self.closing = True
             self.selector.unregister(0)
         self.pending.clear()
+
+    def stop(self) -> None:
+        """Stop reading requests and kill every run in flight."""
+        self.retire()
         for run in self.running.values():
             run.killed = True
             self.kill(run)
 
     # --- children -----------------------------------------------------------------------------
-    def spawn(self, request: dict) -> None:
+    def spawn(self, request: dict) -> bool:
+        """Have the zygote clone a run of ``request`` and send the run its request; False (nothing
+        started) when the zygote is gone."""
+        if self.zygote is None:
+            return False
         slot = self.free_slots.pop()
         self.counter += 1
         if self.base is None:  # isolated, no per-run uid: every run starts in the empty read-only root
@@ -533,31 +601,32 @@ class Server:
         else:
             workdir = os.path.join(self.base, str(self.counter))
             os.mkdir(workdir, 0o555)
-        # a new result pipe for every run: nothing a run does to it (size, flags, owner) outlives the run
+        # a new result pipe for every run: nothing a run does to it (size, flags, owner) outlives the run;
+        # and a new request pipe, which only the run reads
         read_fd, write_fd = os.pipe()
         os.set_blocking(read_fd, False)
+        request_r, request_w = os.pipe()
         address_space = self.baseline_as + int(request["memory_mb"]) * 1024 * 1024
         uid = self.uid_base + slot % UIDS_PER_SERVER
         started = time.monotonic()
-        pid = None
-        if self.zygote is not None:
-            pid = self.zygote.clone(marshal.dumps((request, workdir, uid, address_space)), write_fd)
-            if pid is None:  # it died or cannot clone here: fork ourselves from now on
-                self.zygote = None
-        if pid is None:
-            pid = os.fork()
-            if pid == 0:
-                server = self.pid
-                self.__dict__.clear()  # the server's state (kernel calls, zygote) is no run's business
-                CONTEXT.python_guards = False  # nothing was disarmed in this process: the run does it
-                _forget_privileged_modules()
-                _child(request, write_fd, workdir, uid, address_space, server)
+        pid = self.zygote.clone(write_fd, request_r)
         os.close(write_fd)  # the run holds the only write end now: its exit is the pipe's end of file
+        os.close(request_r)
+        if pid is None:
+            self.zygote = None
+            os.close(read_fd)
+            os.close(request_w)
+            self.free_slots.append(slot)
+            if self.base is not None:
+                os.rmdir(workdir)
+            return False
+        _send_request(request_w, marshal.dumps((request, workdir, uid, address_space)))
         pidfd = os.pidfd_open(pid)
         run = _Running(request, pid, pidfd, read_fd, workdir, slot, started, started + float(request["timeout_s"]))
         self.running[pidfd] = run
         self.selector.register(pidfd, selectors.EVENT_READ, ("exit", run))
         self.selector.register(read_fd, selectors.EVENT_READ, ("pipe", run))
+        return True
 
     def drain(self, run: _Running) -> None:
         """Read what the child wrote so far. At end of file, or once it wrote more than one frame
@@ -669,7 +738,10 @@ class Server:
 
     def serve(self) -> None:
         os.set_blocking(0, False)
+        os.set_blocking(1, False)
         self.selector.register(0, selectors.EVENT_READ, ("stdin", None))
+        # before the freeze: gc.get_objects() does not list frozen objects
+        CONTEXT.generators = [obj for obj in gc.get_objects() if isinstance(obj, _random.Random)]
         gc.freeze()  # keep the collector from touching (and so copying) the server's objects in children
         if self.clone is not None:
             self.zygote = _Zygote(self.clone, self.pid, CONTEXT.devnull)
@@ -680,6 +752,9 @@ class Server:
             "server_pid": self.isolation["server_pid"],  # as the host sees it
             "scratch": None if self.isolation["isolated"] else self.base,
             "zygote": self.zygote.pid if self.zygote is not None else None,  # as the server sees it
+            "zygote_error": "" if self.zygote is not None else (
+                "no clone system call number for this machine (verifier.syscalls knows x86-64 and aarch64)"
+                if CONTEXT.kernel is not None else "libc's syscall() could not be loaded"),
             "namespaces": self.isolation,
             "landlock_abi": self.landlock_abi,
             "landlock": CONTEXT.landlock_fd >= 0,
@@ -688,20 +763,31 @@ class Server:
             "layers": self.layers,
         }
         self.send({"hello": hello})
-        while not (self.closing and not self.running):
+        while not (self.closing and not self.running and not self.unsent and not self.outbox):
             self.flush()
             while self.pending and self.free_slots and not self.closing:
-                self.spawn(self.pending.popleft())
+                if not self.spawn(self.pending[0]):
+                    # the zygote died: no run is ever cloned from this server itself; the caller
+                    # gives what we did not run to a fresh server
+                    self.send({"retired": "the zygote died"})
+                    self.retire()
+                    break
+                self.pending.popleft()
             now = time.monotonic()
-            wait = min((run.deadline for run in self.running.values() if not run.killed), default=now + 3600.0) - now
-            for key, _ in self.selector.select(max(0.0, wait)):
+            wait = min((run.deadline for run in self.running.values() if not run.killed), default=now + CALLER_CHECK_S) - now
+            for key, _ in self.selector.select(min(max(0.0, wait), CALLER_CHECK_S)):
                 kind, run = key.data
                 if kind == "stdin":
                     self.read_requests()
+                elif kind == "stdout":
+                    self.flush()
                 elif kind == "pipe" and run.pidfd in self.running:
                     self.drain(run)
                 elif kind == "exit" and run.pidfd in self.running:
                     self.finish(run)
+            if self.caller is not None and os.getppid() != self.caller:  # the caller died: nobody reads us
+                self.unsent, self.outbox = memoryview(b""), []
+                self.stop()
             now = time.monotonic()
             for run in list(self.running.values()):
                 if now >= run.deadline and not run.killed:
@@ -737,6 +823,5 @@ def main(argv: list[str]) -> None:
     server = Server(int(settings["uid_base"]), int(settings["workers"]), settings)
     try:
         server.serve()
-        server.flush()
     finally:
         server.shutdown()

@@ -19,6 +19,7 @@ Where unprivileged user namespaces are refused, ``isolate`` reports why and chan
 from __future__ import annotations
 
 import os
+import select
 import signal
 
 from verifier.syscalls import PR_CAPBSET_DROP, PR_SET_PDEATHSIG, Kernel
@@ -33,6 +34,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+CALLER_CHECK_S = 1.0  # how often the keeper looks whether its caller is still alive
 RUNS_DIR = "/runs"  # as root: a writable tmpfs for the per-run chroot directories
 HOW_TO_ENABLE = (
     "allow unprivileged user namespaces: `sysctl -w kernel.unprivileged_userns_clone=1` (Debian), "
@@ -95,12 +97,26 @@ def _unshare_mapped_by_helper(kernel: Kernel, flags: int, maps: str) -> bool:
 
 
 def _keep(child: int, host_pid_writer: int) -> None:
-    """The keeper: tell the server its host pid, hold no other descriptor, wait, exit as it did."""
+    """The keeper: tell the server its host pid, hold no other descriptor, wait, exit as it did.
+
+    It also watches the caller (its parent) once every ``CALLER_CHECK_S``: when the caller is gone,
+    the keeper kills the server (and with it, pid 1 of its namespace, every process inside), so
+    nothing lingers when another process still holds the server's pipes open."""
+    caller = os.getppid()
     os.write(host_pid_writer, child.to_bytes(8, "little"))
     for fd in range(0, 2):
         os.close(fd)
     os.closerange(3, host_pid_writer)
     os.closerange(host_pid_writer + 1, 1 << 20)
+    try:
+        exited = select.poll()
+        exited.register(os.pidfd_open(child), select.POLLIN)
+        while not exited.poll(int(CALLER_CHECK_S * 1000)):
+            if os.getppid() != caller:
+                os.kill(child, signal.SIGKILL)
+                break
+    except OSError:
+        pass
     while True:
         try:
             _, status = os.waitpid(child, 0)

@@ -140,10 +140,6 @@ def probe_report(message: Any) -> dict[str, Any]:
 
 
 _SECCOMP: tuple[str | None, str] | None = None
-# CPython 3.11's parser keeps the depth of the AST it builds in state shared between threads: two threads parsing
-# at once can fail with "SystemError: AST constructor recursion depth mismatch". The caller-side parsing of a batch
-# (compiling programs, reading arguments and outputs) takes this lock; the runs themselves do not.
-_PARSING = threading.Lock()
 
 
 def seccomp_program() -> tuple[str | None, str]:
@@ -167,8 +163,11 @@ class ServerDied(RuntimeError):
 class _ForkServer:
     """Host side of one fork-server process: sends request lines, a reader thread resolves futures."""
 
-    def __init__(self, workers: int, settings: dict[str, Any], on_result: Callable[["_ForkServer"], None] | None = None):
+    def __init__(self, workers: int, settings: dict[str, Any], on_result: Callable[["_ForkServer"], None] | None = None,
+                 on_retired: Callable[["_ForkServer", list[tuple[dict, Future]]], None] | None = None):
         self.on_result = on_result
+        self.on_retired = on_retired
+        self.retired = False  # the server said it takes no more requests (its zygote died)
         blob = base64.b64encode(json.dumps({**settings, "workers": workers}).encode()).decode("ascii")
         argv = [sys.executable, *INTERPRETER_FLAGS, "-c", BOOTSTRAP, REPO_ROOT, "serve", blob]
         self.proc = subprocess.Popen(
@@ -187,12 +186,50 @@ class _ForkServer:
             self.proc.kill()
             self.proc.wait()
             raise RuntimeError(f"the verifier fork server failed to start (said {hello_line[:200]!r})") from None
+        if not self.hello.get("zygote"):
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError("the verifier cannot start here: runs are cloned from a zygote that never holds a "
+                               f"request, and this machine has none ({self.hello.get('zygote_error') or 'unknown cause'})")
         self.ids = itertools.count()
-        self.futures: dict[int, Future] = {}
+        self.futures: dict[int, tuple[dict, Future]] = {}  # by request id
         self.lock = threading.Lock()
         self.dead = False
+        self.closing = False
+        # requests go out through a thread of their own, so that no thread ever waits on a write to
+        # the server while it should be reading the server's results (both pipes full: a deadlock)
+        self.outgoing: deque[bytes | None] = deque()
+        self.wake = threading.Condition(self.lock)
         self.reader = threading.Thread(target=self._read, name="verifier-forkserver-reader", daemon=True)
+        self.writer = threading.Thread(target=self._write, name="verifier-forkserver-writer", daemon=True)
         self.reader.start()
+        self.writer.start()
+
+    def _write(self) -> None:
+        """Send queued request lines until ``close`` queues None (then close the server's stdin)."""
+        while True:
+            with self.lock:
+                while not self.outgoing:
+                    self.wake.wait()
+                batch = list(self.outgoing)
+                self.outgoing.clear()
+            stop = None in batch
+            payload = b"".join(b for b in batch if b is not None)
+            try:
+                if payload:
+                    self.proc.stdin.write(payload)
+                    self.proc.stdin.flush()
+                if stop:
+                    self.proc.stdin.close()  # EOF: the server kills its children and exits
+                    return
+            except (OSError, ValueError):  # the server is gone; the reader fails what is in flight
+                with self.lock:
+                    self.dead = True
+                try:
+                    self.proc.stdin.close()
+                except (OSError, ValueError):
+                    pass
+                return
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -200,16 +237,22 @@ class _ForkServer:
                 message = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(message, dict) and "retired" in message:
+                self.retired = True
+                continue
             with self.lock:
-                future = self.futures.pop(message.get("id"), None)
-            if future is not None:
-                future.set_result(message)
+                entry = self.futures.pop(message.get("id"), None) if isinstance(message, dict) else None
+            if entry is not None:
+                entry[1].set_result(message)
                 if self.on_result is not None:
                     self.on_result(self)
         with self.lock:
             self.dead = True
             orphans, self.futures = list(self.futures.values()), {}
-        for future in orphans:
+        if self.retired and self.on_retired is not None and orphans:
+            self.on_retired(self, orphans)  # requests it never ran: they go to a fresh server
+            return
+        for _, future in orphans:
             future.set_exception(ServerDied("the verifier fork server exited"))
         if self.on_result is not None:
             self.on_result(self)
@@ -217,36 +260,35 @@ class _ForkServer:
     def submit(self, requests: list[dict], futures: list[Future] | None = None) -> list[Future]:
         """Send ``requests``; their results resolve ``futures`` (new ones unless given), in order."""
         futures = [Future() for _ in requests] if futures is None else futures
+        lines = []
+        for request in requests:
+            request["id"] = next(self.ids)
+            lines.append(json.dumps(request).encode() + b"\n")
         with self.lock:
-            if self.dead:
+            if self.dead or self.closing:
                 raise ServerDied("the verifier fork server exited")
             for request, future in zip(requests, futures):
-                request["id"] = next(self.ids)
-                self.futures[request["id"]] = future
-            payload = b"".join(json.dumps(r).encode() + b"\n" for r in requests)
-        try:
-            self.proc.stdin.write(payload)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            with self.lock:
-                self.dead = True
-            raise ServerDied("the verifier fork server exited") from None
+                self.futures[request["id"]] = (request, future)
+            self.outgoing.append(b"".join(lines))
+            self.wake.notify()
         return futures
 
     def alive(self) -> bool:
         return not self.dead and self.proc.poll() is None
 
     def close(self) -> None:
-        try:
-            self.proc.stdin.close()  # EOF: the server kills its children and exits
-        except OSError:
-            pass
+        with self.lock:
+            self.closing = True
+            self.outgoing.append(None)
+            self.wake.notify()
+        self.writer.join(timeout=5)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.reader.join(timeout=5)
+        if threading.current_thread() is not self.reader:
+            self.reader.join(timeout=5)
         scratch = str(self.hello.get("scratch", ""))
         if os.path.basename(scratch).startswith("verifier-"):  # left behind when the server was killed
             shutil.rmtree(scratch, ignore_errors=True)
@@ -275,6 +317,7 @@ class _ServerPool:
         # per server, the start (or, queued, dispatch) times of its outstanding requests, oldest first
         self.in_flight: dict[_ForkServer, deque[float]] = {}
         self.servers: list[_ForkServer] = []
+        self.closed = False
         try:
             for _ in range(size):
                 self.servers.append(self._start())
@@ -283,7 +326,7 @@ class _ServerPool:
             raise
 
     def _start(self) -> _ForkServer:
-        server = _ForkServer(1, self.settings, on_result=self._done)
+        server = _ForkServer(1, self.settings, on_result=self._done, on_retired=self._retired)
         self.in_flight[server] = deque()
         return server
 
@@ -301,6 +344,28 @@ class _ServerPool:
                 times.popleft()  # one slot: results come back in the order sent
                 if times:
                     times[0] = time.monotonic()  # the queued request starts now
+        self._pump()
+
+    def _retired(self, server: _ForkServer, orphans: list[tuple[dict, Future]]) -> None:
+        """``server`` lost its zygote and exited after its runs in flight: a fresh server (whose
+        zygote never held a request) takes its place, and the requests it did not run wait for it."""
+        try:
+            if self.closed:
+                raise RuntimeError("the verifier was closed")
+            fresh = self._start()
+        except Exception as exc:  # no server can start: those requests fail as if it had died
+            for _, future in orphans:
+                future.set_exception(ServerDied(f"the verifier fork server retired and none could replace it: {exc}"))
+            self._pump()
+            return
+        with self.lock:
+            if server in self.servers:
+                self.servers[self.servers.index(server)] = fresh
+            else:
+                self.servers.append(fresh)
+            self.in_flight.pop(server, None)
+            self.pending.extendleft(reversed(orphans))
+        server.close()
         self._pump()
 
     def _has_room(self, server: _ForkServer, now: float) -> bool:
@@ -348,7 +413,8 @@ class _ServerPool:
         self._pump()
 
     def close(self) -> None:
-        for server in self.servers:
+        self.closed = True
+        for server in list(self.servers):
             server.close()
 
 
@@ -533,19 +599,17 @@ class Verifier:
         if not isinstance(repeats, int) or repeats < 1:
             raise ValueError(f"repeats must be a positive int, got {repeats!r}")
         items = list(items)
-        with _PARSING:
-            results, payloads = self._prepare(items)
+        results, payloads = self._prepare(items)
         todo = list(payloads)
         requests = [self._request(*payloads[i]) for i in todo for _ in range(repeats)]
         runs = self._run(requests) if requests else []
         checked: dict[str, str | None] = {}
-        with _PARSING:
-            for k, run in enumerate(runs):
-                if run.ok:
-                    if run.output not in checked:
-                        checked[run.output] = output_problem(run.output)
-                    if checked[run.output]:
-                        runs[k] = ExecResult(Status.BAD_OUTPUT, None, checked[run.output], run.wall_s)
+        for k, run in enumerate(runs):
+            if run.ok:
+                if run.output not in checked:
+                    checked[run.output] = output_problem(run.output)
+                if checked[run.output]:
+                    runs[k] = ExecResult(Status.BAD_OUTPUT, None, checked[run.output], run.wall_s)
         for k, i in enumerate(todo):
             results[i] = combine_runs(runs[k * repeats : (k + 1) * repeats])
         return results  # type: ignore[return-value]
