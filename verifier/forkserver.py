@@ -43,6 +43,7 @@ import _random
 import _thread
 import base64
 import binascii
+import errno
 import fcntl
 import functools
 import gc
@@ -87,6 +88,9 @@ CHILD_FDS = 8
 BAD_EXIT = 70
 CLONE_PARENT = 0x00008000
 PR_SET_PDEATHSIG = syscalls.PR_SET_PDEATHSIG
+KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_CLEAR = syscalls.KEYCTL_JOIN_SESSION_KEYRING, syscalls.KEYCTL_CLEAR
+KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = syscalls.KEY_SPEC_USER_KEYRING, syscalls.KEY_SPEC_USER_SESSION_KEYRING
+CLONE_NEWUSER, CLONE_NEWIPC = namespaces.CLONE_NEWUSER, namespaces.CLONE_NEWIPC
 CALLER_CHECK_S = namespaces.CALLER_CHECK_S  # how often an idle server looks whether its caller is still alive
 
 
@@ -110,6 +114,7 @@ class Context:
         self.disarm: Callable[[Callable[[str], Any]], None] = guard.disarm
         self.generators: list[_random.Random] = []  # every random number generator a run inherits (``_reseed``)
         self.seed: Callable[[Any, int], None] = _random.Random.seed
+        self.drop_capabilities: Callable[[], bool] = lambda: False  # ``namespaces.drop_capabilities`` with the kernel
 
 
 CONTEXT: Context | None = None
@@ -144,6 +149,7 @@ def _confine_child(ctx: Context, workdir: str, uid: int, cpu_s: int, address_spa
     A layer that is on but fails to apply ends the child (CRASHED), never a weaker run."""
     kernel = ctx.kernel
     report = {"chroot": False, "uid": os.getuid(), "parent_death_signal": False, "landlock": False, "seccomp": False,
+              "own_ipc": False, "own_keyrings": False,
               "process_limits": ctx.process_limits}
     os.setsid()
     # closed, not /dev/null: a /dev/null shared with the zygote would be one open file description for
@@ -159,7 +165,12 @@ def _confine_child(ctx: Context, workdir: str, uid: int, cpu_s: int, address_spa
     if ctx.process_limits:
         _set_limit(resource.RLIMIT_FSIZE, 0)
         _set_limit(resource.RLIMIT_NPROC, 0)
+    # without seccomp a run reaches SysV IPC, POSIX message queues and keyrings with raw system calls
+    # (ctypes is reachable once the Python layer is disarmed): each gets its own (``_forget_other_runs``)
+    weak = ctx.seccomp is None and kernel is not None
     if ctx.credentials:
+        if weak:  # still root here, and not yet in the chroot, where a new user namespace is refused
+            report["own_ipc"] = kernel.unshare(CLONE_NEWIPC) == 0
         os.chroot(workdir)
         os.chdir("/")
         report["chroot"] = True
@@ -176,6 +187,8 @@ def _confine_child(ctx: Context, workdir: str, uid: int, cpu_s: int, address_spa
             raise PermissionError("could not drop root privileges")
     else:
         os.chdir(workdir)
+    if weak:
+        _forget_other_runs(ctx, report)
     if ctx.landlock_fd >= 0:
         if ctx.restrict_landlock(ctx.landlock_fd) != 0:
             raise PermissionError("could not apply the Landlock ruleset")
@@ -191,6 +204,29 @@ def _confine_child(ctx: Context, workdir: str, uid: int, cpu_s: int, address_spa
             raise PermissionError("could not load the seccomp filter")
         report["seccomp"] = True
     return report
+
+
+def _forget_other_runs(ctx: Context, report: dict) -> None:
+    """Where no seccomp filter stops the calls: no SysV IPC object, POSIX message queue or key of an
+    earlier run of this uid reaches the program. Without root the run enters a user and an IPC
+    namespace of its own (its keyrings and IPC objects die with it) and drops every capability it
+    got there; as root (chrooted, where a new user namespace is refused) it got a fresh IPC namespace
+    before the chroot, joins a new session keyring and clears its uid's user keyrings: a run that
+    stripped the permission to clear them makes the next runs of that uid CRASHED, never readers."""
+    kernel = ctx.kernel
+    if not report.get("own_ipc") and kernel.unshare(CLONE_NEWUSER | CLONE_NEWIPC) == 0:
+        report["own_ipc"] = report["own_keyrings"] = True
+        if not ctx.drop_capabilities():
+            raise PermissionError("could not drop the capabilities of the run's user namespace")
+        return
+    keyctl = kernel.numbers.get("keyctl")
+    if keyctl is None:
+        raise PermissionError("no keyctl system call number here to clear the keyrings")
+    cleared = [kernel.syscall(keyctl, KEYCTL_JOIN_SESSION_KEYRING, 0)] + [
+        kernel.syscall(keyctl, KEYCTL_CLEAR, ring) for ring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING)]
+    if any(result < 0 and result != -errno.ENOSYS for result in cleared):
+        raise PermissionError(f"could not clear the keyrings an earlier run of this uid may have filled ({cleared})")
+    report["own_keyrings"] = True
 
 
 def _forget_privileged_modules() -> None:
@@ -483,6 +519,8 @@ class Server:
         ctx = Context()
         ctx.builtins = guard.prepare(ctx.deny, allowed)
         ctx.kernel = kernel = syscalls.load()
+        if kernel is not None:
+            ctx.drop_capabilities = functools.partial(namespaces.drop_capabilities, kernel)
         self.no_new_privs = kernel is not None and kernel.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1) == 0
         ctx.devnull = _above_result_fd(os.open(os.devnull, os.O_RDWR))
         user = settings.get("server_user")
