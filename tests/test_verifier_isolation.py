@@ -12,7 +12,6 @@ that run), so a scan that finds nothing has looked.
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -461,10 +460,3 @@ def test_without_seccomp_concurrent_runs_share_no_abstract_socket(disable):
         listened, connected = v.execute_many([(LISTEN, "0"), (CONNECT, "0")], repeats=1)
         assert listened.status is Status.OK and connected.status is Status.OK, (listened, connected)
         assert "SECRET" not in connected.output
-
-
-def test_isolation_routes_named_in_the_docs():
-    text = open(os.path.join(os.path.dirname(__file__), "..", "docs", "verifier.md")).read()
-    for route in ("SysV IPC", "keyring", "abstract UNIX socket", "time.time", "random"):
-        assert route in text, route
-    assert re.search(r"clone.*unavailable|no zygote", text)

@@ -729,6 +729,8 @@ class Verifier:
             "host_files_invisible": isolated or bool(probe.get("chroot")) or landlock_on,
             "no_network": isolated or (landlock_on and abi >= 4),
             "signals_confined": bool(signal_layers),
+            # SysV IPC, POSIX message queues, keyrings: no such call with seccomp; without it, a run's own
+            "ipc_and_keyrings_confined": bool(probe.get("seccomp")) or (bool(probe.get("own_ipc")) and bool(probe.get("own_keyrings"))),
             "hash_seed": int(HASH_SEED),
             "running_as_root": root,
             "layers_switched_off": list(self.disable),
@@ -739,6 +741,9 @@ class Verifier:
             "host_files_invisible": [name for name, on in (("namespaces", isolated), ("chroot", report["chroot"]), ("landlock", landlock_on)) if on],
             "no_network": [name for name, on in (("namespaces", isolated), ("landlock", landlock_on and abi >= 4)) if on],
             "signals_confined": signal_layers,
+            "ipc_and_keyrings_confined": [name for name, on in (
+                ("seccomp", bool(probe.get("seccomp"))),
+                ("per_run_namespaces", bool(probe.get("own_ipc")) and bool(probe.get("own_keyrings")))) if on],
             "resource_limits": ["rlimits", "wall_clock_kill"] if report["resource_limits"] else ["wall_clock_kill"],
             "one_verdict_per_run": ["fork_server"],
         }
