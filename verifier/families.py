@@ -14,7 +14,7 @@ one call, so a step's work runs in parallel. Student answers are read with ``ver
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from verifier.literals import equal as values_equal
 from verifier.prompts import Answer, Proposal, parse_answer

@@ -11,7 +11,6 @@ so the child only loads, runs and reprs. Nothing here executes the untrusted tex
 
 from __future__ import annotations
 
-import ast
 import base64
 import marshal
 import warnings
