@@ -22,6 +22,7 @@ import enum
 import itertools
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -196,9 +197,13 @@ class _ForkServer:
         self.lock = threading.Lock()
         self.dead = False
         self.closing = False
-        # requests go out through a thread of their own, so that no thread ever waits on a write to
-        # the server while it should be reading the server's results (both pipes full: a deadlock)
-        self.outgoing: deque[bytes | None] = deque()
+        # No thread ever waits on a write to the server while it should be reading the server's results
+        # (both pipes full: a deadlock). Requests are written without blocking by whichever thread submits
+        # them (one system call, no hand-over); what the pipe does not take then waits here for the writer
+        # thread, which alone waits for room, and later requests queue behind it in order.
+        self.stdin_fd = self.proc.stdin.fileno()
+        os.set_blocking(self.stdin_fd, False)
+        self.outgoing: deque[memoryview] = deque()
         self.wake = threading.Condition(self.lock)
         self.reader = threading.Thread(target=self._read, name="verifier-forkserver-reader", daemon=True)
         self.writer = threading.Thread(target=self._write, name="verifier-forkserver-writer", daemon=True)
@@ -206,30 +211,39 @@ class _ForkServer:
         self.writer.start()
 
     def _write(self) -> None:
-        """Send queued request lines until ``close`` queues None (then close the server's stdin)."""
+        """Send what ``submit`` could not, in order, waiting for room; at ``close``, once all is sent
+        (or the server is gone), close the server's stdin: its end of file."""
         while True:
             with self.lock:
-                while not self.outgoing:
+                while not self.outgoing and not self.closing:
                     self.wake.wait()
-                batch = list(self.outgoing)
-                self.outgoing.clear()
-            stop = None in batch
-            payload = b"".join(b for b in batch if b is not None)
+                if not self.outgoing:
+                    break
+                chunk = self.outgoing[0]  # only this thread takes from the queue; ``submit`` appends
             try:
-                if payload:
-                    self.proc.stdin.write(payload)
-                    self.proc.stdin.flush()
-                if stop:
-                    self.proc.stdin.close()  # EOF: the server kills its children and exits
-                    return
+                select.select([], [self.stdin_fd], [], 0.5)
+                sent = os.write(self.stdin_fd, chunk)
+            except BlockingIOError:
+                sent = 0
             except (OSError, ValueError):  # the server is gone; the reader fails what is in flight
                 with self.lock:
                     self.dead = True
-                try:
-                    self.proc.stdin.close()
-                except (OSError, ValueError):
-                    pass
-                return
+                    self.outgoing.clear()
+                break
+            with self.lock:
+                if sent == len(chunk):
+                    self.outgoing.popleft()
+                else:
+                    self.outgoing[0] = chunk[sent:]
+            if not sent and self.proc.poll() is not None:
+                with self.lock:
+                    self.dead = True
+                    self.outgoing.clear()
+                break
+        try:
+            self.proc.stdin.close()  # EOF: the server kills its children and exits
+        except (OSError, ValueError):
+            pass
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -264,13 +278,24 @@ class _ForkServer:
         for request in requests:
             request["id"] = next(self.ids)
             lines.append(json.dumps(request).encode() + b"\n")
+        data = b"".join(lines)
         with self.lock:
             if self.dead or self.closing:
                 raise ServerDied("the verifier fork server exited")
             for request, future in zip(requests, futures):
                 self.futures[request["id"]] = (request, future)
-            self.outgoing.append(b"".join(lines))
-            self.wake.notify()
+            sent = 0
+            if not self.outgoing:
+                try:
+                    sent = os.write(self.stdin_fd, data)
+                except BlockingIOError:
+                    pass
+                except OSError:  # the server is gone; the reader fails these with the others in flight
+                    self.dead = True
+                    return futures
+            if sent < len(data):
+                self.outgoing.append(memoryview(data)[sent:])
+                self.wake.notify()
         return futures
 
     def alive(self) -> bool:
@@ -279,7 +304,6 @@ class _ForkServer:
     def close(self) -> None:
         with self.lock:
             self.closing = True
-            self.outgoing.append(None)
             self.wake.notify()
         self.writer.join(timeout=5)
         try:
