@@ -146,7 +146,7 @@ def test_the_input_that_never_returns_is_named_by_running_each_input_of_its_part
         judge.prepare([p])
         runs: list[int] = []
         execute = judge._execute
-        judge._execute = lambda batch: (runs.append(len(batch)) if batch else None) or execute(batch)  # processes per batch
+        judge._execute = lambda batch, role="candidate": (runs.append(len(batch)) if batch else None) or execute(batch, role)  # processes per batch
         right, wrong = judge.judge([(p, "def double(n):\n    return n + n\n"), (p, "def double(n):\n    return 3 * n\n")])
         assert (right.passed, wrong.passed) == (True, False) and runs == [2]  # no timeout: one process per task
         runs.clear()
