@@ -422,9 +422,11 @@ class CodeJudge:
         limit ``max(floor, factor * t_ref)``. A reference that fails is a data error of that task."""
         generous = max(self.limits.floor_s, 10.0) * 3
         runs, owners = [], []
+        queued: set[str] = set()  # a task asked for by several items is measured once
         for p in problems:
-            if p.source in self.references or p.source in self.time_limit or p.source in self.data_errors:
+            if p.source in self.references or p.source in self.time_limit or p.source in self.data_errors or p.source in queued:
                 continue
+            queued.add(p.source)
             if p.layout == "evalplus":
                 cached = self.cache.get(p.file_digest).get(p.task_id) if p.file_digest else None
                 if cached is not None:

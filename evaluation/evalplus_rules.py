@@ -403,7 +403,7 @@ def judge_part(name: str, outputs: list[str], stop: tuple | None, expected: list
     """The verdict of one part, input by input, stopping at the first that fails: ``(name,
     "pass")``, ``(name, "wrong", i, repr)``, or the part's stop. Outputs are read with
     ``read_value``; one that does not read back, or whose comparison raises, is wrong."""
-    if len(outputs) > len(expected) or (stop is None and len(outputs) != len(expected)):
+    if len(outputs) != len(expected) if stop is None else len(outputs) >= len(expected):
         raise MalformedResult(f"the {name} part answered {len(outputs)} of {len(expected)} inputs")
     for i, text in enumerate(outputs):
         try:
