@@ -261,10 +261,10 @@ def test_the_caller_judges_what_a_program_returns_and_refuses_other_shapes():
     assert rules.read_value("[nan]") != rules.read_value("[nan]")
     # numpy's broadcasting, bounded: an (n, 1) answer to an (n,) float list is compared pair by pair only when small
     assert rules.allclose([[1.0]] * 3, [1.0] * 3, rules.ALLCLOSE_RTOL, 1e-6)
-    big = 2 * rules.BROADCAST_BOUND
+    big = 2 * rules.BROADCAST_BOUND  # numpy: True after 4e8 pairs (minutes in Python); here refused at once
     start = time.perf_counter()
     assert not rules.allclose([[1.0]] * big, [1.0] * big, rules.ALLCLOSE_RTOL, 1e-6)
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 10.0
 
 def colliding(k: int, collide: bool) -> str:
     """Python source of the k-th complex number of a family whose hashes all collide (``collide``)
