@@ -13,16 +13,30 @@ Runs per layout:
 - evalplus: the reference runs once per task on every input (expected outputs and its wall time
   per input, cached by the file's hash: ``references``); a candidate (``sanitize``d like evalplus
   does) then runs once per task, base inputs then plus inputs, each call timed in that process
-  against its own limit ``max(floor_s, factor * t_ref)`` and judged by evalplus's rules
-  (``evalplus_rules``), stopping at the first failing input, which the reason names. Only when that
-  run is killed at its outside deadline (a call that never returns): its base part alone again (the
-  base verdict), then the hung part's inputs one sandboxed run each, under each input's own limit,
-  until one is killed, which the reason names (at most that part's inputs more runs, for that task
-  only: ``_name_hung_inputs``).
+  against its own limit ``max(floor_s, factor * t_ref)``, a part stopping at an exception or a
+  time-over; the program returns each output's repr, and **this process** reads them
+  (``evalplus_rules.read_value``, bounded) and judges them by evalplus's rules
+  (``evalplus_rules.verdict``), stopping at the first failing input, which the reason names. Only
+  when that run is killed at its outside deadline (a call that never returns): its base part alone
+  again (the base verdict), then the hung part's inputs one sandboxed run each, under each input's
+  own limit, until one is killed, which the reason names (at most that part's inputs more runs,
+  for that task only: ``_name_hung_inputs``).
 - check / mbpp_asserts: ``prefix + candidate + test`` then ``check(entry_point)`` / the asserts.
 - livecodebench: one run per test; functional tests call the function (or ``Solution().method``)
   and compare as JSON values (tuples as lists); stdin tests compare stdout line by line after
-  stripping, a line also matching when its whitespace-separated tokens are equal as decimals.
+  stripping, a line also matching when its whitespace-separated tokens are equal as decimals. The
+  comparison happens here, on the run's value read with ``verifier.literals``.
+
+What a candidate can see. References run on verifiers of their own (``ROLES``: a verifier's pool,
+fork servers and zygote only ever run one role's programs). For the evalplus and LiveCodeBench
+layouts no expected output enters a candidate's process: its program holds the candidate's code,
+the inputs and the per-input time limits, and the values it returns are compared here. The check
+and mbpp_asserts layouts are the one exception: like the official harnesses (HumanEval's
+``check(candidate)``, MBPP's ``assert`` lines) they run the benchmark's own test code in the
+candidate's process, with the expected values written in it. That test code is arbitrary Python
+(loops, helpers, computed expectations), not data this judge could pull apart and compare outside,
+so a candidate there can read what its tests expect; scores of those two layouts assume answers that
+do not look.
 
 Time limit of a run: evalplus layout: the sum of its inputs' limits (``evalplus_rules.part_deadline``
 per part) killed from outside; other layouts: ``max(floor_s, factor * t_ref)`` for the whole run,
@@ -43,6 +57,7 @@ from typing import Any, Sequence
 from evaluation import evalplus_rules as rules
 from evaluation.datasets import CodeProblem
 from evaluation.references import Reference, ReferenceCache
+from verifier import literals
 from verifier.guard import BENCHMARK_MODULES
 from verifier.sandbox import ExecResult, Verifier
 
@@ -336,34 +351,36 @@ def assemble(problem: CodeProblem, code: str) -> str:
     return problem.prefix + ("\n\n" + code if defines else code)
 
 
-def _elements(list_repr: str) -> list[str]:
-    """The elements' source texts of a list written as Python source (a reference's outputs)."""
-    node = ast.parse(list_repr, mode="eval").body
-    assert isinstance(node, ast.List), list_repr[:80]
-    return [ast.get_source_segment(list_repr, e) for e in node.elts]
-
-
 def _reason(result: ExecResult) -> str:
     return f"{result.status.value}: {result.error}"[:300] if result.error else result.status.value
 
 
+ROLES = ("reference", "candidate")
+
+
 class CodeJudge:
-    """Judges candidate programs for :class:`CodeProblem` s through sandbox ``Verifier`` s (one per
-    distinct outside deadline, ``deadline_key``, made on first use and reused)."""
+    """Judges candidate programs for :class:`CodeProblem` s through sandbox ``Verifier`` s: one per
+    role (references and candidates never share one, so no pool, server or zygote that ran a
+    candidate runs a reference) and distinct outside deadline (``deadline_key``), made on first use
+    and reused."""
 
     def __init__(self, limits: JudgeLimits = JudgeLimits()):
         self.limits = limits
-        self._verifiers: dict[int, Verifier] = {}
+        self._verifiers: dict[tuple[str, int], Verifier] = {}
         self.cache = ReferenceCache(limits.cache_dir)
         self.references: dict[str, Reference] = {}  # evalplus task source -> its reference run
+        self.expected: dict[str, tuple[list, list]] = {}  # evalplus task source -> its outputs (base, plus), read
         self.time_limit: dict[str, float] = {}  # per-run limit of the other layouts
         self.data_errors: dict[str, str] = {}
         self.measured = 0  # evalplus references run here (not found in the cache)
 
-    def _verifier(self, timeout_s: float) -> Verifier:
-        key = deadline_key(timeout_s)
+    def _verifier(self, role: str, timeout_s: float) -> Verifier:
+        """The verifier of ``role`` (``ROLES``) for this outside deadline."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        key = (role, deadline_key(timeout_s))
         if key not in self._verifiers:
-            self._verifiers[key] = Verifier(timeout_s=key, memory_mb=self.limits.memory_mb, max_output_chars=MAX_CHARS,
+            self._verifiers[key] = Verifier(timeout_s=key[1], memory_mb=self.limits.memory_mb, max_output_chars=MAX_CHARS,
                                             max_program_chars=MAX_CHARS, workers=self.limits.workers,
                                             extra_modules=BENCHMARK_MODULES)
         return self._verifiers[key]
@@ -379,14 +396,15 @@ class CodeJudge:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _execute(self, runs: Sequence[tuple[str, float]]) -> list[ExecResult]:
-        """Run (program, outside deadline) pairs, one process each, batched per deadline; results in order."""
+    def _execute(self, runs: Sequence[tuple[str, float]], role: str = "candidate") -> list[ExecResult]:
+        """Run (program, outside deadline) pairs on ``role``'s verifiers, one process each, batched
+        per deadline; results in order."""
         results: list[ExecResult | None] = [None] * len(runs)
         groups: dict[int, list[int]] = {}
         for i, (_, limit) in enumerate(runs):
             groups.setdefault(deadline_key(limit), []).append(i)
         for key, indices in groups.items():
-            out = self._verifier(key).execute_many([(runs[i][0], "") for i in indices], repeats=1)
+            out = self._verifier(role, key).execute_many([(runs[i][0], "") for i in indices], repeats=1)
             for i, r in zip(indices, out):
                 results[i] = r
         return results  # type: ignore[return-value]
@@ -404,16 +422,18 @@ class CodeJudge:
         limit ``max(floor, factor * t_ref)``. A reference that fails is a data error of that task."""
         generous = max(self.limits.floor_s, 10.0) * 3
         runs, owners = [], []
+        queued: set[str] = set()  # a task asked for by several items is measured once
         for p in problems:
-            if p.source in self.references or p.source in self.time_limit or p.source in self.data_errors:
+            if p.source in self.references or p.source in self.time_limit or p.source in self.data_errors or p.source in queued:
                 continue
+            queued.add(p.source)
             if p.layout == "evalplus":
                 cached = self.cache.get(p.file_digest).get(p.task_id) if p.file_digest else None
                 if cached is not None:
                     self._take_reference(p, cached)
                     continue
                 code = with_expression_eval(with_sys_standin(f"{FLOAT_LITERALS}{p.reference}"))
-                not_none = rules.dataset_of(p.task_id) == "mbpp" and p.entry_point in rules.MBPP_OUTPUT_NOT_NONE_TASKS
+                not_none = rules.program_rule(p.task_id, p.entry_point) == "not_none"
                 program = rules.reference_program(code, p.entry_point, p.base_inputs, p.plus_inputs, not_none)
             elif p.layout == "livecodebench" or p.reference is None:
                 self.time_limit[p.source] = self.limits.livecodebench_timeout_s if p.layout == "livecodebench" else self.limits.floor_s
@@ -423,7 +443,7 @@ class CodeJudge:
             runs.append((program, generous))
             owners.append(p)
         measured: dict[str, dict[str, Reference]] = {}
-        for p, result in zip(owners, self._execute(runs)):
+        for p, result in zip(owners, self._execute(runs, role="reference")):
             if p.layout != "evalplus":
                 self.time_limit[p.source] = max(self.limits.floor_s, self.limits.factor * result.wall_s)
                 if not result.ok:
@@ -439,24 +459,37 @@ class CodeJudge:
 
     @staticmethod
     def _reference_of(p: CodeProblem, result: ExecResult) -> Reference:
+        """A reference run's outputs (reprs) and times; its outputs are read in ``_take_reference``."""
         if not result.ok:
             return Reference(error=f"fails on its own inputs: {_reason(result)}")
-        (base, time_base), (plus, time_plus) = ast.literal_eval(result.output)
-        for text in (base, plus):
-            try:
-                ast.parse(text, mode="eval")
-            except (SyntaxError, ValueError, RecursionError):
-                return Reference(error=f"an output's repr is not Python source: {text[:120]}")
-        if len(time_base) != len(p.base_inputs) or len(time_plus) != len(p.plus_inputs):
-            return Reference(error="the reference did not answer every input")
-        return Reference(base, plus, tuple(time_base), tuple(time_plus))
+        try:
+            (base, time_base), (plus, time_plus) = literals.read(result.output)
+            times = (tuple(float(t) for t in time_base), tuple(float(t) for t in time_plus))
+        except (literals.LiteralError, TypeError, ValueError):
+            return Reference(error=f"returned what its program does not write: {result.output[:120]}")
+        if type(base) is not str or type(plus) is not str:
+            return Reference(error=f"returned what its program does not write: {result.output[:120]}")
+        return Reference(base, plus, *times)
 
     def _take_reference(self, p: CodeProblem, reference: Reference) -> None:
-        if reference.error or len(reference.time_base) != len(p.base_inputs) or len(reference.time_plus) != len(p.plus_inputs):
-            why = reference.error or "the cached reference does not match the task's inputs"
+        """Keep a measured or cached reference with its outputs read (``rules.read_value``), or make
+        the task a data error: the reference failed, does not match the task's inputs, or has an
+        output whose repr this judge does not read."""
+        why = reference.error
+        if why is None and (len(reference.time_base) != len(p.base_inputs) or len(reference.time_plus) != len(p.plus_inputs)):
+            why = "does not match the task's inputs (it did not answer every input)"
+        if why is None:
+            try:
+                values = (rules.read_value(reference.expected_base), rules.read_value(reference.expected_plus))
+            except literals.LiteralError as exc:
+                values, why = ([], []), f"has an output whose repr this judge does not read ({str(exc)[:160]})"
+            if why is None and [type(v) is list and len(v) for v in values] != [len(p.base_inputs), len(p.plus_inputs)]:
+                why = "does not match the task's inputs (it did not answer every input)"
+        if why is not None:
             self.data_errors[p.source] = f"the reference solution of {p.task_id} ({p.source}) {why}"
         else:
             self.references[p.source] = reference
+            self.expected[p.source] = values
 
     # -- candidates --------------------------------------------------------------------------
     def _check_program(self, p: CodeProblem, full_code: str) -> str:
@@ -468,12 +501,28 @@ class CodeJudge:
         return "\n".join([full_code, "", *top, "def f():", *("    " + a for a in asserts), "    return True", ""])
 
     def _evalplus_program(self, p: CodeProblem, code: str) -> tuple[str, float]:
-        """The candidate's program and its outside deadline (the base part's plus the plus part's)."""
-        ref = self.references[p.source]
+        """The candidate's program (inputs and limits only: ``rules.candidate_program``) and its
+        outside deadline (the base part's plus the plus part's)."""
         limits_base, limits_plus = self.limits_of(p)
-        program = rules.candidate_program(f"{FLOAT_LITERALS}{code}", p.task_id, p.entry_point, p.atol, p.base_inputs,
-                                          p.plus_inputs, ref.expected_base, ref.expected_plus, limits_base, limits_plus)
+        program = rules.candidate_program(self._candidate_code(code), p.task_id, p.entry_point, p.base_inputs, p.plus_inputs,
+                                          limits_base, limits_plus)
         return program, rules.part_deadline(limits_base) + rules.part_deadline(limits_plus)
+
+    def _evalplus_outcome(self, p: CodeProblem, result: ExecResult, base_only: bool = False) -> Outcome:
+        """The outcome of a candidate's evalplus run, judged here against the reference's outputs
+        (``rules.verdict``); ``base_only``: a run of the base inputs alone (``passed`` is then the
+        base verdict). A result the program does not write is a failure."""
+        if not result.ok:
+            return Outcome(False, _reason(result), base_passed=False)
+        expected_base, expected_plus = self.expected[p.source]
+        inputs = (p.base_inputs, [] if base_only else p.plus_inputs)
+        try:
+            value = literals.read(result.output)
+            verdict = rules.verdict(value, p.task_id, p.entry_point, p.atol, inputs, (expected_base, [] if base_only else expected_plus))
+        except (literals.LiteralError, rules.MalformedResult) as exc:
+            return Outcome(False, f"bad_output: {exc}"[:300], base_passed=False)
+        base_ok, plus_ok, reason = rules.describe(verdict)
+        return Outcome(plus_ok, reason, base_passed=base_ok)
 
     def judge(self, items: Sequence[tuple[CodeProblem, str | None]]) -> list[Outcome]:
         """Verdicts for (problem, candidate code) pairs; code None means no code was found in the answer."""
@@ -504,7 +553,7 @@ class CodeJudge:
                         runs.append((program, self.time_limit[p.source]))
                     plan.append((i, test["testtype"], (t, test["output"])))
             elif p.layout == "evalplus":
-                runs.append(self._evalplus_program(p, with_expression_eval(with_sys_standin(code))))
+                runs.append(self._evalplus_program(p, code))
                 plan.append((i, p.layout, code))
             else:
                 full = with_expression_eval(with_sys_standin(assemble(p, code)))
@@ -514,7 +563,7 @@ class CodeJudge:
         for (i, kind, data), result in zip(plan, results):
             if outcomes[i] is not None and not outcomes[i].passed:
                 continue  # an earlier test of this item already failed
-            outcomes[i] = self._verdict(kind, data, result)
+            outcomes[i] = self._evalplus_outcome(items[i][0], result) if kind == "evalplus" else self._verdict(kind, data, result)
         self._base_after_timeouts(items, plan, results, outcomes)
         return [o if o is not None else Outcome(False, "not run") for o in outcomes]
 
@@ -534,14 +583,12 @@ class CodeJudge:
         runs = []
         for i, code in again:
             p = items[i][0]
-            ref = self.references[p.source]
             limits_base, _ = self.limits_of(p)
-            program = rules.candidate_program(self._candidate_code(code), p.task_id, p.entry_point, p.atol, p.base_inputs, [],
-                                              ref.expected_base, "[]", limits_base, [])
+            program = rules.candidate_program(self._candidate_code(code), p.task_id, p.entry_point, p.base_inputs, [], limits_base, [])
             runs.append((program, rules.part_deadline(limits_base)))
         hung: list[tuple[int, str, str]] = []  # (item index, part, candidate code)
         for (i, code), result in zip(again, self._execute(runs)):
-            base = self._verdict("evalplus", None, result)
+            base = self._evalplus_outcome(items[i][0], result, base_only=True)
             if base.passed or result.status.value == "timeout":
                 part = "base" if not base.passed else "plus"
                 hung.append((i, part, code))
@@ -554,6 +601,8 @@ class CodeJudge:
 
     @staticmethod
     def _candidate_code(code: str) -> str:
+        """A candidate's code as its evalplus programs hold it: ``inf``/``nan`` defined (inputs may
+        hold them), ``sys`` and ``eval`` stand-ins where it uses them."""
         return f"{FLOAT_LITERALS}{with_expression_eval(with_sys_standin(code))}"
 
     def _name_hung_inputs(self, items: Sequence[tuple[CodeProblem, str | None]], hung: list[tuple[int, str, str]],
@@ -578,11 +627,8 @@ class CodeJudge:
                 if k >= len(inputs):
                     del state[i]
                     continue
-                ref = self.references[p.source]
                 limit = self.limits_of(p)[0 if part == "base" else 1][k]
-                expected = _elements(ref.expected_base if part == "base" else ref.expected_plus)[k]
-                program = rules.candidate_program(self._candidate_code(code), p.task_id, p.entry_point, p.atol, [inputs[k]], [],
-                                                  f"[{expected}]", "[]", [limit], [])
+                program = rules.candidate_program(self._candidate_code(code), p.task_id, p.entry_point, [inputs[k]], [], [limit], [])
                 runs.append((program, rules.part_deadline([limit])))
                 owners.append((i, part, k, limit))
             for (i, part, k, limit), result in zip(owners, self._execute(runs)):
@@ -590,9 +636,12 @@ class CodeJudge:
                 if result.status.value == "timeout":
                     reason = f"time limit: {part} input {k} did not return within its limit of {limit:.3g} s"
                 elif result.ok:
-                    verdict = ast.literal_eval(result.output)
-                    if verdict[1] == "time":
-                        reason = f"time limit: {part} input {k} took {verdict[3]:.3g} s, over its limit of {verdict[4]:.3g} s"
+                    try:
+                        stop = rules.parts_of(literals.read(result.output))[0][1]
+                    except (literals.LiteralError, rules.MalformedResult):
+                        stop = None
+                    if stop is not None and stop[0] == "time":
+                        reason = f"time limit: {part} input {k} took {stop[2]:.3g} s, over its limit of {stop[3]:.3g} s"
                 if reason is not None:
                     outcomes[i] = Outcome(False, reason, base_passed=outcomes[i].base_passed)
                     del state[i]
@@ -601,18 +650,18 @@ class CodeJudge:
 
     @staticmethod
     def _verdict(kind: str, data: Any, result: ExecResult) -> Outcome:
+        """The outcome of a check / MBPP-asserts run or of one LiveCodeBench test; the run's value is
+        read with the bounded reader (``verifier.literals``) and compared here."""
+        where = f"test {data[0]}: " if data else ""
         if not result.ok:
-            where = f"test {data[0]}: " if data else ""
-            if kind == "evalplus":
-                return Outcome(False, _reason(result), base_passed=False)
             return Outcome(False, where + _reason(result))
-        value = ast.literal_eval(result.output) if result.output is not None else None
-        if kind == "evalplus":
-            base_ok, plus_ok, reason = rules.describe(value)
-            return Outcome(plus_ok, reason, base_passed=base_ok)
         if kind in ("check", "mbpp_asserts"):
             return Outcome(True)
         t, expected = data
+        try:
+            value = literals.read(result.output)
+        except literals.LiteralError as exc:
+            return Outcome(False, f"test {t}: bad_output: {exc}"[:300])
         if kind == "stdin":
             ok = isinstance(value, str) and stdout_matches(value, expected)
         else:

@@ -18,7 +18,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-CACHE_FORMAT = 1  # bump when what is measured changes; older files are ignored
+CACHE_FORMAT = 2  # bump when what is measured changes; older files are ignored (2: outputs made plain, _ep_plain)
 
 
 @dataclass(frozen=True)

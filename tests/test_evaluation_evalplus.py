@@ -6,10 +6,12 @@ program runs in the real sandbox."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
+from evaluation import evalplus_rules as rules
 from evaluation.code_judge import CodeJudge, JudgeLimits
 from evaluation.datasets import load_benchmark
 from evaluation.harness import oracle
@@ -41,6 +43,11 @@ MBPP_ROWS = [
     row("Mbpp/900", "halves", "def halves(xs):\n    return [x / 2 for x in xs]\n", [[[1, 2, 3]]], [[[10, 20]]], atol=1e-3),
     # slow on one plus input only (a per-input limit catches it)
     row("Mbpp/901", "square", "def square(n):\n    return n * n\n", [[2], [3]], [[4], [7], [5]]),
+    # non-finite inputs and outputs (written as inf in programs and reprs)
+    row("Mbpp/905", "clamp", "def clamp(x):\n    return x if x < 10 else float('inf')\n", [[5.0], [20.0]], [[float("inf")]]),
+    # a dict output (a Counter compares equal to it, as in evalplus)
+    row("Mbpp/906", "freq", "def freq(xs):\n    out = {}\n    for x in xs:\n        out[x] = out.get(x, 0) + 1\n    return out\n",
+        [[[1, 1, 2]]], [[["a", "b", "a"]]]),
     # a reference that fails on its own input: a data error of this task only
     row("Mbpp/902", "inverse", "def inverse(x):\n    return 1 / x\n", [[2]], [[0]]),
 ]
@@ -59,6 +66,8 @@ HE_ROWS = [
 CASES = [
     ("Mbpp/7", "def find_char_long(text):\n    return sorted(w for w in text.split() if len(w) >= 4)[::-1]\n", True),
     ("Mbpp/7", "def find_char_long(text):\n    return [w for w in text.split() if len(w) >= 3]\n", False),
+    ("Mbpp/7", "def find_char_long(text):\n    return (w for w in text.split() if len(w) >= 4)\n", True),  # set(generator)
+    ("Mbpp/737", "import re\ndef check_str(s):\n    return re.match('[aeiouAEIOU]', s)\n", True),  # a match object is not None
     ("Mbpp/737", "def check_str(s):\n    return 'yes' if s[0] in 'aeiouAEIOU' else None\n", True),
     ("Mbpp/737", "def check_str(s):\n    return s[0] in 'aeiouAEIOU'\n", True),  # a bool must equal "not None"
     ("Mbpp/737", "def check_str(s):\n    return s[0] not in 'aeiouAEIOU'\n", False),
@@ -80,6 +89,12 @@ CASES = [
      "        d = sum(i * c * x ** (i - 1) for i, c in enumerate(xs) if i)\n"
      "        x = x - sum(c * x ** i for i, c in enumerate(xs)) / d\n    return x\n", True),
     ("HumanEval/32", "def find_zero(xs):\n    return 0.123\n", False),
+    ("Mbpp/905", "import math\ndef clamp(x):\n    return x if x < 10 else math.inf\n", True),
+    ("Mbpp/905", "def clamp(x):\n    return min(x, 1e308)\n", False),
+    ("Mbpp/906", "from collections import Counter\ndef freq(xs):\n    return Counter(xs)\n", True),
+    ("Mbpp/906", "def freq(xs):\n    return sorted(set(xs))\n", False),
+    # equal to everything in its own process; sent as the int it is (evalplus, comparing in-process, accepts it)
+    ("Mbpp/901", "class Eq(int):\n    def __eq__(self, other):\n        return True\ndef square(n):\n    return Eq(0)\n", False),
 ]
 
 
@@ -146,7 +161,7 @@ def test_the_input_that_never_returns_is_named_by_running_each_input_of_its_part
         judge.prepare([p])
         runs: list[int] = []
         execute = judge._execute
-        judge._execute = lambda batch: (runs.append(len(batch)) if batch else None) or execute(batch)  # processes per batch
+        judge._execute = lambda batch, role="candidate": (runs.append(len(batch)) if batch else None) or execute(batch, role)  # processes per batch
         right, wrong = judge.judge([(p, "def double(n):\n    return n + n\n"), (p, "def double(n):\n    return 3 * n\n")])
         assert (right.passed, wrong.passed) == (True, False) and runs == [2]  # no timeout: one process per task
         runs.clear()
@@ -158,6 +173,131 @@ def test_the_input_that_never_returns_is_named_by_running_each_input_of_its_part
     # both runs, both base re-runs (the plus hang keeps its base verdict), then per round one input of
     # each task still searched: (plus 0, base 0), (plus 1, base 1: both hang); nothing after the input that hung
     assert runs == [2, 2, 2, 2]
+
+
+
+# -- what a candidate can see ------------------------------------------------------------------------
+
+# Looks where expected outputs used to be (globals of its own module named _EP_EXP*, any public global
+# list as long as the base inputs), then the module's own _EP names (the scan works: it sees the inputs).
+HUNTER = """import dataclasses
+_seen = []
+def tag(n):
+    k = len(_seen)
+    _seen.append(n)
+    try:
+        return _EP_EXP_BASE[k]
+    except NameError:
+        pass
+    try:
+        return _EP_EXP_PLUS[k - 2]
+    except NameError:
+        pass
+    main = dataclasses.sys.modules['__main__']
+    for name in dir(main):
+        value = getattr(main, name) if not name.startswith('_') else None
+        if isinstance(value, list) and len(value) == 2 and value is not _seen:
+            return value[k % 2]
+    return sorted(name for name in dir(main) if name.startswith('_EP'))
+"""
+GC_HUNTER = """import dataclasses
+def tag(n):
+    gc = dataclasses.sys.modules.get('gc') or __import__('gc')
+    for obj in gc.get_objects():
+        if isinstance(obj, list) and len(obj) == 2 and all(isinstance(v, str) for v in obj):
+            return obj[0]
+    return None
+"""
+
+
+def test_no_expected_output_enters_a_candidates_process(tmp_path):
+    """The candidate's programs hold its code, the inputs and the limits only: a candidate that
+    hunts its own process for the expected outputs finds nothing and is judged wrong; an honest one
+    passes; references ran on verifiers no candidate used."""
+    path = write_jsonl(tmp_path / "MbppPlus.jsonl", [row("Mbpp/904", "tag", "def tag(n):\n    return 'sealed-' + str(n * 7919)\n",
+                                                         [[1], [2]], [[3]])])
+    [p] = load_benchmark("mbpp+", [path])
+    secrets = ["'sealed-7919'", "'sealed-15838'", "'sealed-23757'"]
+    with CodeJudge(JudgeLimits(floor_s=0.25, workers=2, cache_dir=tmp_path / "cache")) as judge:
+        programs: list[tuple[str, str]] = []
+        execute = judge._execute
+
+        def spy(batch, role="candidate"):  # records what each role's verifiers get, then runs it
+            programs.extend((role, program) for program, _ in batch)
+            return execute(batch, role)
+
+        judge._execute = spy
+        honest, hunter, gc_hunter = judge.judge([(p, "def tag(n):\n    return 'sealed-' + str(7919 * n)\n"), (p, HUNTER), (p, GC_HUNTER)])
+        roles = {role: {id(v) for (r, _), v in judge._verifiers.items() if r == role} for role in ("reference", "candidate")}
+    assert honest.passed, honest
+    assert (hunter.passed, hunter.base_passed) == (False, False)
+    assert hunter.reason.startswith("wrong answer on base input 0: got ['_EP_BASE', '_EP_FN'"), hunter.reason
+    assert "EXP" not in hunter.reason
+    assert not gc_hunter.passed and gc_hunter.reason.startswith("forbidden"), gc_hunter  # gc introspection ends the run
+    candidates = [program for role, program in programs if role == "candidate"]
+    assert len(candidates) == 3 and [role for role, _ in programs] == ["reference"] + ["candidate"] * 3
+    assert not any(secret in program for program in candidates for secret in secrets)
+    assert roles["reference"] and roles["candidate"] and not roles["reference"] & roles["candidate"]
+
+
+
+def test_the_caller_judges_what_a_program_returns_and_refuses_other_shapes():
+    """``evalplus_rules.verdict``: values compared input by input; a result the program does not
+    write (the candidate controls its own process) is refused, never a pass."""
+    inputs, expected = ([[1], [2]], [[3]]), ([1, 4], [9])
+    assert rules.verdict(((["1", "4"], None), (["9"], None)), "Mbpp/1", "sq", 0, inputs, expected) == ("plus", "pass")
+    assert rules.verdict(((["1", "5"], None), (["9"], None)), "Mbpp/1", "sq", 0, inputs, expected) == ("base", "wrong", 1, "5")
+    assert rules.verdict(((["1", "<sq object>"], None), (["9"], None)), "Mbpp/1", "sq", 0, inputs, expected)[3] == "<sq object>"
+    # a wrong value before the input that stopped the part is the verdict
+    assert rules.verdict(((["2"], ("time", 1, 3.0, 1.0)),), "Mbpp/1", "sq", 0, inputs, expected) == ("base", "wrong", 0, "2")
+    assert rules.verdict(((["1"], ("time", 1, 3.0, 1.0)),), "Mbpp/1", "sq", 0, inputs, expected) == ("base", "time", 1, 3.0, 1.0)
+    forged = [((["1", "4"], None),), ((["1", "4", "9"], None), ([], None)), ((["1"], ("time", 0, 3.0, 1.0)),),
+              ((["1"], ("pass",)),), (("1", None),), "pass", ((["1", "4"], None), (["9"], ("error", 1, "x")))]
+    for value in forged:
+        with pytest.raises(rules.MalformedResult):
+            rules.verdict(value, "Mbpp/1", "sq", 0, inputs, expected)
+    # reprs of non-finite floats read back; each NaN is its own object, as across processes
+    assert rules.read_value("[-inf, (1+infj)]") == [float("-inf"), complex(1, float("inf"))]
+    assert rules.read_value("[nan]") != rules.read_value("[nan]")
+    # numpy's broadcasting, bounded: an (n, 1) answer to an (n,) float list is compared pair by pair only when small
+    assert rules.allclose([[1.0]] * 3, [1.0] * 3, rules.ALLCLOSE_RTOL, 1e-6)
+    big = 2 * rules.BROADCAST_BOUND  # numpy: True after 4e8 pairs (minutes in Python); here refused at once
+    start = time.perf_counter()
+    assert not rules.allclose([[1.0]] * big, [1.0] * big, rules.ALLCLOSE_RTOL, 1e-6)
+    assert time.perf_counter() - start < 10.0
+
+def colliding(k: int, collide: bool) -> str:
+    """Python source of the k-th complex number of a family whose hashes all collide (``collide``)
+    or not: hash(a + bj) = hash(a) + 1000003 hash(b)."""
+    return f"complex(1000003 * {k}, {'-' if collide else ''}{k})"
+
+
+def test_hash_colliding_outputs_are_judged_wrong_in_bounded_time(problems, tmp_path):
+    """A list of 40,000 values of one hash for a set-compared task (the caller makes it a set), and
+    an object whose repr is such a set: both wrong, in about the time the same sizes take without
+    collisions (building those two sets unbounded takes over a minute on this machine)."""
+    n = 40_000
+
+    def answers(collide: bool) -> list:
+        as_list = f"def find_char_long(text):\n    return [{colliding('k', collide)} for k in range(2, {n + 2})]\n"
+        as_repr = ("class Shown:\n    def __repr__(self):\n"
+                   f"        return '{{' + ', '.join(repr({colliding('k', collide)}) for k in range(2, {n + 2})) + '}}'\n"
+                   "def square(n):\n    return Shown()\n")
+        return [(problems["Mbpp/7"], as_list), (problems["Mbpp/901"], as_repr)]
+
+    with CodeJudge(JudgeLimits(floor_s=2.0, workers=2, cache_dir=tmp_path)) as judge:
+        judge.prepare([problems["Mbpp/7"], problems["Mbpp/901"]])
+        start = time.perf_counter()
+        control = judge.judge(answers(collide=False))
+        control_s = time.perf_counter() - start
+        start = time.perf_counter()
+        hostile = judge.judge(answers(collide=True))
+        hostile_s = time.perf_counter() - start
+    assert not any(o.passed for o in control + hostile)
+    assert hostile[0].reason.startswith("wrong answer on base input 0: got comparing raised LiteralError"), hostile[0].reason
+    assert "one hash value" in hostile[0].reason
+    assert hostile[1].reason.startswith("wrong answer on base input 0: got {(2000006-2j), "), hostile[1].reason
+    assert hostile_s < 2 * control_s + 2.0, (hostile_s, control_s)  # unbounded: over a minute here
 
 
 def test_reference_times_are_cached_by_the_file_hash(files, tmp_path):

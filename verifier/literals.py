@@ -79,6 +79,14 @@ def _distinct_hashes(keys: list[Any]) -> None:
                                f"({h}); such text is refused, not read")
 
 
+def bounded_set(values: list[Any]) -> set[Any]:
+    """``set(values)`` with the bound of the module docstring: raises ``LiteralError`` when more than
+    ``MAX_SHARED_HASH`` unequal values share one hash (or one is unhashable). For callers that turn
+    an already-read list into a set (evalplus's set-compared tasks)."""
+    _distinct_hashes(values)
+    return set(values)
+
+
 def build(node: ast.AST) -> Any:
     """The value of a literal expression tree (``ast.literal_eval``'s grammar), with the bound of
     the module docstring on sets and dicts. Raises ``LiteralError`` naming what is wrong."""
@@ -92,9 +100,7 @@ def build(node: ast.AST) -> Any:
     if kind is ast.List:
         return [build(e) for e in node.elts]  # type: ignore[attr-defined]
     if kind is ast.Set:
-        elements = [build(e) for e in node.elts]  # type: ignore[attr-defined]
-        _distinct_hashes(elements)
-        return set(elements)
+        return bounded_set([build(e) for e in node.elts])  # type: ignore[attr-defined]
     if kind is ast.Call and type(node.func) is ast.Name and node.func.id == "set" and not node.args and not node.keywords:  # type: ignore[attr-defined]
         return set()
     if kind is ast.Dict:
