@@ -230,13 +230,13 @@ def main() -> None:
     base_factors = bench.model.slot_factors(BASE)
     bench.model.set_slot_factors(BASE, {p: (a, torch.zeros_like(b)) for p, (a, b) in base_factors.items()})
 
-    probes = probe_tasks(bench.model_dir, args.probes, bench.n_inputs, bench.sandbox)
+    probes = probe_tasks(bench.model_dir, args.probes, bench.n_inputs, bench.verifier)
     exclude = {t.program for t in probes}
-    streams = [generator_tasks(bench.sandbox, args.tasks * args.parent_steps, bench.n_inputs, seed, exclude, oversample=2)
+    streams = [generator_tasks(bench.verifier, args.tasks * args.parent_steps, bench.n_inputs, seed, exclude, oversample=2)
                for seed in TRAIN_SEEDS]
-    ancestor = generator_tasks(bench.sandbox, args.tasks * args.shared_steps, bench.n_inputs, ANCESTOR_SEED, exclude,
+    ancestor = generator_tasks(bench.verifier, args.tasks * args.shared_steps, bench.n_inputs, ANCESTOR_SEED, exclude,
                                oversample=2) if args.shared_steps > 0 else []
-    recovery = generator_tasks(bench.sandbox, args.tasks * (args.recovery_steps + 1), bench.n_inputs, RECOVERY_SEED, exclude,
+    recovery = generator_tasks(bench.verifier, args.tasks * (args.recovery_steps + 1), bench.n_inputs, RECOVERY_SEED, exclude,
                                oversample=2)
     log(f"model {bench.model_dir.name}, rank {model_rank}, {len(probes)} probes; parents train {args.parent_steps} steps")
 
@@ -325,7 +325,8 @@ def main() -> None:
             "max_relative_change": round(summaries[name]["max_relative_change"], 4),
             "max_truncation_error": summaries[name]["max_truncation_error"],
         }
-    bench.sandbox.close()
+    bench.engine.close()
+    bench.verifier.close()
     print(json.dumps({
         "variant": args.variant, "model": bench.model_dir.name, "lora_rank": model_rank,
         "parent_steps": args.parent_steps, "shared_steps": args.shared_steps, "recovery_steps_max": args.recovery_steps, "tasks_per_step": args.tasks,
