@@ -228,7 +228,16 @@ def write_model(model: torch.nn.Module, tokenizer: Any, corpus: list[VerifiedPro
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
-    model.save_pretrained(out_dir)
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    if not sys.stderr.isatty():  # transformers' "Writing model shards" bar, a redraw in a log file
+        hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(out_dir)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     _write_seed_tasks(corpus, settings.seed_tasks, out_dir / "tasks.jsonl", random.Random(seed + 2))
 
 

@@ -39,6 +39,8 @@ from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 from tinycoder.examples import Example
 from tinycoder.settings import TrainSettings, resolve_precision
 
+LINE_EVERY_S = 30.0
+"""With progress on and stderr not a terminal, a training progress line at most this often (and at the last step)."""
 
 @dataclass(frozen=True)
 class Encoded:
@@ -281,9 +283,11 @@ def train(
         torch.set_rng_state(resume.torch_rng)
         start, earlier_s, losses = resume.step, resume.train_s, list(resume.losses)
     model.train()
+    # a bar on a terminal; redirected (a log file, a pipe), one line every LINE_EVERY_S instead of the bar's redraws
     bar = tqdm(total=settings.steps, initial=start, desc="tiny-coder", unit="step", file=sys.stderr,
-               disable=not progress, mininterval=2.0)
-    began = last_save = time.perf_counter()
+               disable=not (progress and sys.stderr.isatty()), mininterval=2.0)
+    show_lines = progress and bar.disable
+    began = last_save = last_line = time.perf_counter()
     for step in range(start, settings.steps):
         ids, attn, target = collate(data, next_batch(queue, data, settings.batch_tokens, rng), pad_id,
                                     settings.prompt_loss_weight)
@@ -296,6 +300,11 @@ def train(
         if step % 10 == 0:
             bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}")
         now = time.perf_counter()
+        if show_lines and (now - last_line >= LINE_EVERY_S or step + 1 == settings.steps):
+            recent = losses[-10:]
+            print(f"[tiny-coder] step {step + 1}/{settings.steps}, loss {sum(recent) / len(recent):.3f} "
+                  f"({earlier_s + now - began:.0f} s)", file=sys.stderr, flush=True)
+            last_line = now
         if save is not None and save_policy.due(step + 1, settings.steps, now - last_save):
             save(TrainState(step=step + 1, losses=list(losses), data_rng=rng.getstate(), queue=[list(b) for b in queue],
                             torch_rng=torch.get_rng_state(), model=model.state_dict(), optimizer=opt.state_dict(),
