@@ -397,6 +397,8 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
     tracked = run.open_tracking(config.logging, config, start_step if checkpoint is not None else None)
     if config.logging.backends != ["tensorboard"]:
         terminal.say(f"tracking: {', '.join(tracked) or 'none'} ({run.root / 'tracking.json'})")
+        for line in run.tracking.views() if run.tracking is not None else []:
+            terminal.say(line)
     rows: list[dict[str, Any]] = []
     began = since = time.perf_counter()
     step, fault, ahead = start_step, None, None  # ahead: the next step's rollouts, generated while this one trained

@@ -482,7 +482,7 @@ class LoggingConfig(Section):
     mlflow_tracking_uri: str | None = Field(
         None, min_length=1,
         description="MLflow tracking URI (http://host:5000, databricks, file:/path). Default: MLFLOW_TRACKING_URI, "
-        "else a file store in RUN_DIR/mlruns.",
+        "else a SQLite store in the run directory (sqlite:///RUN_DIR/mlflow.db).",
     )
 
     @field_validator("backends")
