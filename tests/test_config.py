@@ -58,7 +58,7 @@ def test_single_agent_baseline_is_compute_matched_per_adapter(monkeypatch):
 
 @pytest.mark.parametrize("overrides", [[], ["model.tiny_variant=test"]], ids=["as-shipped", "test-variant"])
 def test_dynamics_presets_are_the_papers_regime_and_its_compute_matched_single_agent(overrides):
-    """configs/tiny-dynamics.yaml (issue 64): 4 + 4, one family per teacher and step (groups of 6), the paper's win
+    """configs/tiny-dynamics.yaml (the paper's regime): 4 + 4, one family per teacher and step (groups of 6), the paper's win
     rule, evolution every 25 steps; its single twin does the same per-adapter work with the same model, rl and sampling."""
     pop = load_config(PRESETS_DIR / "tiny-dynamics.yaml", overrides)
     single = load_config(PRESETS_DIR / "tiny-dynamics-single.yaml", overrides)

@@ -15,7 +15,7 @@ weight > 0 also teaches the programs, inputs and outputs the prompts show, at no
 those positions. The LM head runs only on positions of weight > 0, which saves most of its cost when
 the prompts are not predicted.
 
-Resumable (issue 64): ``train`` can hand a :class:`TrainState` (everything the remaining steps depend on) to a
+Resumable: ``train`` can hand a :class:`TrainState` (everything the remaining steps depend on) to a
 ``save`` callback every so often (:class:`SavePolicy`) and continue from one (``resume=``); continued with the same
 torch thread count it takes exactly the steps an uninterrupted run takes, to the last bit.
 """
@@ -195,7 +195,7 @@ def cpu_threads() -> int:
 
 @dataclass
 class TrainState:
-    """What the remaining steps of a training run depend on, after ``step`` optimizer steps (issue 64).
+    """What the remaining steps of a training run depend on, after ``step`` optimizer steps.
 
     The learning-rate schedule is a function of the step (``lr_at``), so the step is its whole state; the data order
     is the Python RNG's state (``random.Random.getstate()``) plus the batches of the current epoch not yet trained
