@@ -68,6 +68,7 @@ from verifier import Task, identity_task, parse_proposal, student_prompt, teache
 from verifier.families import judge_answers, validate_proposals
 from verifier.metrics import structure_hash
 from verifier.sandbox import Verifier
+from planning.model_files import model_dir_argument
 
 
 def log(message: str) -> None:
@@ -358,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-samples", type=int, default=4, help="answers per probe task")
     parser.add_argument("--seen-probes", type=int, default=0, help="with --probes: as many tasks of programs the build "
                         "trained on, scored beside them (tinycoder.task_sets.seen_tasks)")
-    parser.add_argument("--model-dir", type=Path, help="bench this model directory (e.g. a `python -m tinycoder "
+    parser.add_argument("--model-dir", type=model_dir_argument, help="bench this model directory (e.g. a `python -m tinycoder "
                         "snapshot`) instead of the variant's build")
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "tiny.yaml",
                         help="the run whose sampling settings to use")

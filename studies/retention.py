@@ -65,6 +65,7 @@ from tinycoder import VARIANTS, ensure_model
 from verifier import Verifier
 from verifier.families import judge_answers
 from verifier.prompts import student_prompt
+from planning.model_files import model_dir_argument
 
 TRAIN_SEEDS = (515_151, 626_262)  # the parents' task streams: neither the corpus, the seed tasks nor the probes use them
 ANCESTOR_SEED = 848_484  # the common ancestor's stream under --shared-steps
@@ -100,9 +101,7 @@ class Bench:
         self.cfg, self.args = cfg, args
         self.temperature, self.max_tokens = cfg.inference.temperature, cfg.inference.max_tokens
         self.n_inputs = cfg.tasks.code_f_inputs
-        self.model_dir = Path(args.model_dir) if args.model_dir else ensure_model(args.variant)
-        if not (self.model_dir / "config.json").is_file():
-            raise SystemExit(f"--model-dir {self.model_dir}: no config.json there")
+        self.model_dir = args.model_dir or ensure_model(args.variant)
         self.verifier = Verifier()
         self.names = names
         self.slots = {"base": BASE, "parent_a": PARENT_A, "parent_b": PARENT_B, **{n: 3 + i for i, n in enumerate(names)}}
@@ -190,7 +189,7 @@ class Bench:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--variant", default="default", choices=sorted(VARIANTS))
-    parser.add_argument("--model-dir", default="",
+    parser.add_argument("--model-dir", type=model_dir_argument, default=None,
                         help="an already built tiny model directory (e.g. a cached one, to compare with an earlier run); "
                              "default: the variant's, built if missing")
     parser.add_argument("--parent-steps", type=int, default=8)
