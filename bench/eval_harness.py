@@ -35,6 +35,7 @@ from evaluation.code_judge import CodeJudge, JudgeLimits
 from evaluation.datasets import load_benchmark
 from evaluation.harness import Decoding, ModelSpec, evaluate
 from planning.measurements import build_adapters
+from planning.model_files import model_dir_argument
 
 ADAPTERS = 8
 
@@ -57,7 +58,7 @@ def write_benchmark(path: Path, problems: int) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", type=Path, help="local HF causal LM directory (default: the tiny test model)")
+    ap.add_argument("--model", type=model_dir_argument, help="local HF causal LM directory (default: the tiny test model)")
     ap.add_argument("--problems", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)

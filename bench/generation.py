@@ -42,6 +42,7 @@ import torch
 
 from inference import GenerationRequest, make_engine, vllm_available
 from planning.measurements import ADAPTER_RANK, build_adapters, build_model
+from planning.model_files import model_dir_argument
 
 ADAPTERS = 8
 PROMPTS = [
@@ -115,7 +116,7 @@ def measure(engine, adapters: list[Path], repeats: int, swaps: int, max_tokens: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, help="local HF causal LM directory (default: random tiny Qwen2)")
+    parser.add_argument("--model", type=model_dir_argument, help="local HF causal LM directory (default: random tiny Qwen2)")
     parser.add_argument("--backends", default="hf,vllm", help="comma-separated subset of hf,vllm")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--swaps", type=int, default=10)

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.cluster import GPU_STANDIN_ENV
+from planning.model_files import model_dir_argument
 
 
 def log(message: str) -> None:
@@ -120,7 +121,7 @@ def main() -> None:
     parser.add_argument("--long-tokens", type=int, default=192, help="max_tokens of a long request (default 192)")
     parser.add_argument("--uniform-tokens", type=int, default=40, help="max_tokens of the uniform batch (default 40)")
     parser.add_argument("--spread", action="store_true", help="the long requests at random places, not first")
-    parser.add_argument("--model", type=Path, help="a local causal LM (default: a random-init one of the tiny shape)")
+    parser.add_argument("--model", type=model_dir_argument, help="a local causal LM (default: a random-init one of the tiny shape)")
     parser.add_argument("--no-pin", action="store_true", help="leave the engines' processes on every core")
     parser.add_argument("overrides", nargs="*", metavar="dotted.key=value", help="settings of the system")
     args = parser.parse_args()

@@ -68,6 +68,7 @@ from verifier import Task, identity_task, parse_proposal, student_prompt, teache
 from verifier.families import judge_answers, validate_proposals
 from verifier.metrics import structure_hash
 from verifier.sandbox import Verifier
+from planning.model_files import model_dir_argument
 
 
 def log(message: str) -> None:
@@ -111,7 +112,7 @@ class Outcome:
         self.structures.extend(other.structures)
 
     def unsolved_share(self) -> float | None:
-        """Valid tasks that none of their k rollouts solved / valid tasks tried (issue 64's gate: <= 0.20)."""
+        """Valid tasks that none of their k rollouts solved / valid tasks tried (the regime gate: <= 0.20)."""
         judged = sum(self.judged.values())
         return sum(self.unsolved.values()) / judged if judged else None
 
@@ -195,7 +196,7 @@ def solve(engine, verifier: Verifier, tasks: dict[str, list[Task]], s: Sampling,
 
 REGIME_GATE = {"valid_rate": (0.85, None), "unsolved_share": (None, 0.20), "solve_rate": (0.45, 0.70),
                "held_out_probes": (0.35, None)}
-"""Issue 64's gate for a student strong enough for the paper's regime, fixed before any study: (min, max) each, on
+"""The regime gate: a student strong enough for the paper's regime, fixed before any study: (min, max) each, on
 80 proposals a family, 3 sampling seeds, k=4 rollouts, the compact prompt."""
 
 
@@ -353,12 +354,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-proposals", type=int, default=10, help="random-init proposals per family")
     parser.add_argument("--fresh", action="store_true", help="build into a temporary cache and time the build")
     parser.add_argument("--sample-seed", type=int, default=1234)
-    parser.add_argument("--sample-seeds", help="comma-separated sampling seeds, pooled (issue 64's gate: 1234,1,2)")
+    parser.add_argument("--sample-seeds", help="comma-separated sampling seeds, pooled (the regime gate's: 1234,1,2)")
     parser.add_argument("--probes", type=int, default=0, help="held-out probe tasks (tinycoder.task_sets.probe_tasks; 0: none)")
     parser.add_argument("--probe-samples", type=int, default=4, help="answers per probe task")
     parser.add_argument("--seen-probes", type=int, default=0, help="with --probes: as many tasks of programs the build "
                         "trained on, scored beside them (tinycoder.task_sets.seen_tasks)")
-    parser.add_argument("--model-dir", type=Path, help="bench this model directory (e.g. a `python -m tinycoder "
+    parser.add_argument("--model-dir", type=model_dir_argument, help="bench this model directory (e.g. a `python -m tinycoder "
                         "snapshot`) instead of the variant's build")
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "tiny.yaml",
                         help="the run whose sampling settings to use")

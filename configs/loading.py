@@ -6,6 +6,7 @@ key, lists the valid keys of that section, so a typo is caught before any actor 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -43,6 +44,29 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"override {key}: value {raw!r} is not valid YAML ({exc})") from exc
     return path, value
+
+
+def override_value(value: Any) -> str:
+    """``value`` as the text after ``=`` of an override that ``parse_override`` reads back as ``value``."""
+    if isinstance(value, str):
+        try:
+            if parse_override(f"k={value}")[1] == value:
+                return value
+        except ConfigError:
+            pass
+    return json.dumps(value)  # JSON is YAML: lists, maps, numbers, booleans, null and quoted strings read back
+
+
+def dotted_settings(tree: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Every setting of a configuration tree as ``{dotted.key: value}``, each pair an override launch.py accepts
+    (``key=value``: ``override_value``); a section with no keys is one entry (``{}``)."""
+    out: dict[str, str] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(dotted_settings(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = override_value(value)
+    return out
 
 
 def apply_override(tree: dict[str, Any], path: list[str], value: Any) -> None:

@@ -44,7 +44,7 @@ class ModelConfig(Section):
         "default", description="Which built-in tiny model to build when path is 'tiny' ('test' is smaller and quicker; "
         "'stronger' and 'larger' are the dynamics study's: students trained on always-right examples, and a model of "
         "about four times the parameters; 'stronger-large' is 'stronger' on ten times the corpus for 8,000 steps "
-        "(issue 64), 'stronger-long' the same for 16,000 steps, 'stronger-large-plus' 'stronger-large' trained for its 8,000 "
+        "(for the paper's regime), 'stronger-long' the same for 16,000 steps, 'stronger-large-plus' 'stronger-large' trained for its 8,000 "
         "steps again from where it ended; each a longer one-time build, the last three hours, resumed where it stopped)."
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
@@ -482,7 +482,7 @@ class LoggingConfig(Section):
     mlflow_tracking_uri: str | None = Field(
         None, min_length=1,
         description="MLflow tracking URI (http://host:5000, databricks, file:/path). Default: MLFLOW_TRACKING_URI, "
-        "else a file store in RUN_DIR/mlruns.",
+        "else a SQLite store in the run directory (sqlite:///RUN_DIR/mlflow.db).",
     )
 
     @field_validator("backends")

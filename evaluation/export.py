@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -144,7 +145,18 @@ def merge(adapter: Path, model_dir: Path, out: Path, dtype: str) -> Path:
     merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
     merged.save_pretrained(out)
     AutoTokenizer.from_pretrained(model_dir).save_pretrained(out)
+    give_umask_modes(out)
     return out
+
+
+def give_umask_modes(root: Path) -> None:
+    """Give every file under ``root`` the mode the user's umask gives a new file (0o666 less it): safetensors (0.8)
+    writes its files 0o600 whatever the umask, which would keep a merged model from the group a user shares it with."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o666 & ~umask)
 
 
 def export_member(run_dir: Path, member: str = "best", step: int | None = None, out: Path | None = None,
@@ -169,8 +181,8 @@ def export_member(run_dir: Path, member: str = "best", step: int | None = None, 
     base = base_model_name(config, str(model_dir))
     adapter = out / "adapter"
     adapter.mkdir(parents=True)
-    for file in ADAPTER_FILES:
-        shutil.copy2(found[name].path / file, adapter / file)
+    for file in ADAPTER_FILES:  # the contents only: new files, with the mode the user's umask gives
+        shutil.copyfile(found[name].path / file, adapter / file)
     settings = json.loads((adapter / "adapter_config.json").read_text())
     settings["base_model_name_or_path"] = base
     (adapter / "adapter_config.json").write_text(json.dumps(settings, indent=2, sort_keys=True))

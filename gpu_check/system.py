@@ -68,6 +68,7 @@ from planning.calibrate import gpu_kind
 from planning.time_constants import DEVICE_KINDS
 from reporting.run_dir import comparable_state
 from gpu_check.check import missing_for_system, missing_line  # standard library only
+from planning.model_files import model_dir_argument
 LAYOUT = ["resources.colocated=true", "resources.inference_gpus=1", "resources.learner_gpus=1", "inference.backend=hf",
           "run.dashboard=false"]
 DETERMINISM_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "POPULORA_DETERMINISTIC": "1"}
@@ -410,7 +411,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--standin", action="store_true",
                         help="CPU stand-in mode: a logical GPU, POPULORA_GPU_STANDIN=1, the actors on their CPU path")
     parser.add_argument("--variant", choices=("test", "default"), default="test", help="tiny model variant (default: test)")
-    parser.add_argument("--model-dir", type=Path, help="a model directory to use instead of building the variant")
+    parser.add_argument("--model-dir", type=model_dir_argument, help="a model directory to use instead of building the variant")
     parser.add_argument("--steps", type=int, default=6, help="steps of the reference run (default 6)")
     parser.add_argument("--checkpoint-every", type=int, default=2, help="run.checkpoint_every (default 2)")
     parser.add_argument("--kill-after", type=int, default=3, help="SIGKILL the student learner after this step (default 3)")

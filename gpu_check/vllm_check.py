@@ -236,11 +236,13 @@ def run_checks(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from planning.model_files import model_dir_argument
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--dtype", choices=("bfloat16", "float32"),
                         help="engine and learner dtype (default: bfloat16 on cuda, as the 7B presets; float32 on cpu)")
-    parser.add_argument("--model-dir", type=Path, help="a model directory instead of the shipped tiny test model")
+    parser.add_argument("--model-dir", type=model_dir_argument, help="a model directory instead of the shipped tiny test model")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (the 7B presets': 1.0)")
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus mass (the 7B presets': 1.0)")
     parser.add_argument("--b-std", type=float, default=0.05,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -105,9 +106,12 @@ def save_adapter(model: MultiLoRAModel, slot: int, path: str | os.PathLike, base
     out.mkdir(parents=True, exist_ok=True)
     # Weights first, config last, each to a temporary name then renamed: a reader (vLLM) never sees half a file.
     for name, data in sorted(adapter_files(model, slot, dtype, base_model_name_or_path).items(), reverse=True):
-        with tempfile.NamedTemporaryFile(dir=out, prefix=f".{name}.", suffix=".tmp", delete=False) as tmp:
-            tmp.write(data)
-        os.replace(tmp.name, out / name)
+        tmp = out / f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        # created as open() creates a file (mode 0o666 less the umask), not 0o600 as a tempfile's: a user's
+        # exports and checkpoints get the mode of their other files
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, out / name)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Whether a study ran in the paper's regime (issue 64, deliverable 4), per quarter of its steps, from
+"""Whether a study ran in the paper's regime (the regime rule), per quarter of its steps, from
 ``proposals.jsonl`` records (``reporting.proposal_records``). Pure: numpy, no Ray.
 
 The paper's second claim needs students that solve most valid tasks: a teacher's reward is -1 invalid, 0 unsolved

@@ -10,7 +10,8 @@ Layout::
     RUN_DIR/tensorboard/           TensorBoard event files (``logging.backends``: tensorboard, the default)
     RUN_DIR/tracking.json          the run ids of the W&B / MLflow runs tracking it (``reporting.tracking``), which
                                    ``--resume`` continues
-    RUN_DIR/wandb/, RUN_DIR/mlruns/  W&B's files (unless WANDB_DIR is set) and MLflow's default file store
+    RUN_DIR/wandb/, RUN_DIR/mlflow.db  W&B's files (unless WANDB_DIR is set) and MLflow's default store (SQLite;
+                                   its artifacts in RUN_DIR/mlartifacts/)
     RUN_DIR/checkpoints/step-N/    one complete checkpoint per N (written as .tmp-step-N, then renamed)
     RUN_DIR/checkpoints/latest     name of the newest complete checkpoint (replaced atomically)
     RUN_DIR/status.json            why the run stopped: running / finished / interrupted / failed, the cause,

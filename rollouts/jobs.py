@@ -68,7 +68,7 @@ def teacher_families(position: int, families: Sequence[str], tasks_per_teacher: 
     ``rotation == "task"``: round-robin over its tasks, the same for every teacher and step (6 tasks over 3 families:
     two of each, so its advantage group of a family, ``rollouts.samples.advantage_group``, holds two proposals).
     ``"step"``: all of them ``families[(step + position) % len(families)]``, so the group holds all
-    ``tasks_per_teacher`` (the paper's groups of ~21 at 64 tasks a teacher; issue 64), the teachers of one step cover
+    ``tasks_per_teacher`` (the paper's groups of ~21 at 64 tasks a teacher; the dynamics study in its regime), the teachers of one step cover
     different families, and over consecutive steps every teacher proposes every family.
     """
     if rotation == "task":

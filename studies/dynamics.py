@@ -10,7 +10,7 @@ Arms: ``--population-config`` (default ``configs/tiny.yaml``, 2 teachers + 2 stu
 adapter generates and trains on the same numbers of tasks and rollouts per step in both arms (the single agent
 proposes ``tasks_per_teacher`` tasks and solves them ``rollouts_k`` times, as one teacher and one student do).
 ``configs/tiny-dynamics.yaml`` (4 + 4) and ``configs/tiny-dynamics-single.yaml`` are the pair in the paper's regime
-(issue 64; docs/dynamics.md): there the population arm spends 8x the single agent's total compute.
+(docs/dynamics.md): there the population arm spends 8x the single agent's total compute.
 Seed s runs both arms with ``run.seed=s``, for s in ``--first-seed`` .. ``--first-seed + --seeds - 1`` (a second,
 disjoint set replicates a first); the overrides apply to both, ``--population-override`` to the population arm
 alone (its size, its league and evolution: keys the single agent has no use for).
@@ -292,7 +292,7 @@ def arm_records(run_dirs: list[Path]) -> tuple[Any, list[list[dict[str, Any]]]]:
 
 def payoff_and_regime(run_dirs: list[Path], steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """One arm's reward-for-complexity diagnostic (``reporting.complexity_payoff``) and its regime per quarter
-    (``reporting.regime``: issue 64's rule, fixed before its study ran), from its runs' proposals.jsonl read once,
+    (``reporting.regime``: the regime rule, fixed before its study ran), from its runs' proposals.jsonl read once,
     under the advantage settings the runs trained with."""
     rl, records = arm_records(run_dirs)
     if not any(records):
@@ -425,7 +425,7 @@ def main() -> None:
                 f"{plus_minus(window['advantage_per_line_sequence'], 3)} with sequence weights "
                 f"({'whitened' if payoff_of['whiten'] else 'centred'}); reward per line "
                 f"{plus_minus(window['reward_per_line'], 3)}; reward by lines of code: {rewards}; pair shares: {shares}")
-    for arm in ARMS:  # issue 64: was the study in the paper's regime, quarter by quarter?
+    for arm in ARMS:  # was the study in the paper's regime, quarter by quarter?
         reg = summary["regime"][arm]
         log(f"{arm} regime (unsolved share <= {reg.get('max_unsolved')}, solved-vs-solved share >= "
             f"{reg.get('min_solved_pairs')}, seed means): " + "; ".join(

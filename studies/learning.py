@@ -80,6 +80,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.score_only and args.keep is None:
         parser.error("--score-only needs --keep DIR (the folder of an earlier run)")
+    if args.score_only and not all((args.keep / arm / "config.yaml").is_file() for arm in ("population", "single")):
+        parser.error(f"--score-only: {args.keep} holds no kept runs (population/ and single/, from an earlier --keep)")
     run = load_config(ROOT / "configs" / "tiny.yaml", args.overrides).inference
 
     model_dir = ensure_model(args.variant)

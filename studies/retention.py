@@ -65,6 +65,7 @@ from tinycoder import VARIANTS, ensure_model
 from verifier import Verifier
 from verifier.families import judge_answers
 from verifier.prompts import student_prompt
+from planning.model_files import model_dir_argument
 
 TRAIN_SEEDS = (515_151, 626_262)  # the parents' task streams: neither the corpus, the seed tasks nor the probes use them
 ANCESTOR_SEED = 848_484  # the common ancestor's stream under --shared-steps
@@ -100,9 +101,7 @@ class Bench:
         self.cfg, self.args = cfg, args
         self.temperature, self.max_tokens = cfg.inference.temperature, cfg.inference.max_tokens
         self.n_inputs = cfg.tasks.code_f_inputs
-        self.model_dir = Path(args.model_dir) if args.model_dir else ensure_model(args.variant)
-        if not (self.model_dir / "config.json").is_file():
-            raise SystemExit(f"--model-dir {self.model_dir}: no config.json there")
+        self.model_dir = args.model_dir or ensure_model(args.variant)
         self.verifier = Verifier()
         self.names = names
         self.slots = {"base": BASE, "parent_a": PARENT_A, "parent_b": PARENT_B, **{n: 3 + i for i, n in enumerate(names)}}
@@ -190,7 +189,7 @@ class Bench:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--variant", default="default", choices=sorted(VARIANTS))
-    parser.add_argument("--model-dir", default="",
+    parser.add_argument("--model-dir", type=model_dir_argument, default=None,
                         help="an already built tiny model directory (e.g. a cached one, to compare with an earlier run); "
                              "default: the variant's, built if missing")
     parser.add_argument("--parent-steps", type=int, default=8)
@@ -230,13 +229,13 @@ def main() -> None:
     base_factors = bench.model.slot_factors(BASE)
     bench.model.set_slot_factors(BASE, {p: (a, torch.zeros_like(b)) for p, (a, b) in base_factors.items()})
 
-    probes = probe_tasks(bench.model_dir, args.probes, bench.n_inputs, bench.sandbox)
+    probes = probe_tasks(bench.model_dir, args.probes, bench.n_inputs, bench.verifier)
     exclude = {t.program for t in probes}
-    streams = [generator_tasks(bench.sandbox, args.tasks * args.parent_steps, bench.n_inputs, seed, exclude, oversample=2)
+    streams = [generator_tasks(bench.verifier, args.tasks * args.parent_steps, bench.n_inputs, seed, exclude, oversample=2)
                for seed in TRAIN_SEEDS]
-    ancestor = generator_tasks(bench.sandbox, args.tasks * args.shared_steps, bench.n_inputs, ANCESTOR_SEED, exclude,
+    ancestor = generator_tasks(bench.verifier, args.tasks * args.shared_steps, bench.n_inputs, ANCESTOR_SEED, exclude,
                                oversample=2) if args.shared_steps > 0 else []
-    recovery = generator_tasks(bench.sandbox, args.tasks * (args.recovery_steps + 1), bench.n_inputs, RECOVERY_SEED, exclude,
+    recovery = generator_tasks(bench.verifier, args.tasks * (args.recovery_steps + 1), bench.n_inputs, RECOVERY_SEED, exclude,
                                oversample=2)
     log(f"model {bench.model_dir.name}, rank {model_rank}, {len(probes)} probes; parents train {args.parent_steps} steps")
 
@@ -325,7 +324,8 @@ def main() -> None:
             "max_relative_change": round(summaries[name]["max_relative_change"], 4),
             "max_truncation_error": summaries[name]["max_truncation_error"],
         }
-    bench.sandbox.close()
+    bench.engine.close()
+    bench.verifier.close()
     print(json.dumps({
         "variant": args.variant, "model": bench.model_dir.name, "lora_rank": model_rank,
         "parent_steps": args.parent_steps, "shared_steps": args.shared_steps, "recovery_steps_max": args.recovery_steps, "tasks_per_step": args.tasks,

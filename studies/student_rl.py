@@ -60,6 +60,7 @@ from tinycoder import ensure_model
 from verifier import Verifier
 from verifier.families import judge_answers
 from verifier.prompts import student_prompt
+from planning.model_files import model_dir_argument
 
 TRAIN_SEED = 424_242  # neither the model's corpus, its seed tasks nor the probes use it
 MEMBER = "student"
@@ -174,7 +175,7 @@ def main() -> None:
     parser.add_argument("--no-probes", action="store_true", help="do not score the probes (training tasks still exclude them)")
     parser.add_argument("--samples", type=int, default=4, help="answers per probe task")
     parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: configs/tiny.yaml's)")
-    parser.add_argument("--model", type=Path, default=None, help="model directory (default: the tiny default model)")
+    parser.add_argument("--model", type=model_dir_argument, default=None, help="model directory (default: the tiny default model)")
     args = parser.parse_args()
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]

@@ -53,7 +53,7 @@ MACHINE_GROUPS = {
         "test_gpu_system_check", "test_recovery", "test_vllm_engine_process", "test_vllm_system",
     }),
     "machine-b": frozenset({
-        "test_adapter_transport", "test_calibrate", "test_data_parallel_system", "test_dynamics_bench",
+        "test_adapter_transport", "test_calibrate", "test_data_parallel_system", "test_doc_commands", "test_dynamics_bench",
         "test_engines_fit", "test_engines_parts", "test_evaluation_cli", "test_export", "test_learners_shared_base", "test_nodes",
         "test_overlap", "test_plan_hf_engine", "test_prompt_budget_system", "test_prompt_styles", "test_replica_dispatch",
         "test_report", "test_system", "test_system_actors", "test_terminal_output", "test_time_plan_overlap",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -52,3 +53,21 @@ def test_every_node_starts_ray_with_the_subreaper_and_no_idle_workers():
         env = dict(word.split("=", 1) for word in start.split("ray start")[0].split(";")[-1].split())
         assert env["RAY_kill_child_processes_on_worker_exit_with_raylet_subreaper"] == "true"
         assert NO_IDLE_WORKERS_ENV.items() <= env.items()
+
+
+PLAN_NUMBERS = re.compile(
+    r"~?\d+(\.\d+)? s\b|\d+ ?% busy|the plan's \d+|"
+    r"\b(one|two|three|four|five|six|seven|eight|\d+) (vllm |inference |engine )*(replicas|learner gpus)", re.I)
+"""What the planner computes, quoted: seconds, busy shares, its max_num_seqs, replica and learner GPU counts."""
+
+
+def test_no_comment_of_cluster_yaml_or_a_preset_quotes_a_number_the_planner_computes():
+    """Numbers the plan computes change with the planner and its constants: the comments point at the dry run that
+    prints them instead (the README's quoted ones are checked against it, tests/test_readme.py)."""
+    found = []
+    for path in [ROOT / "cluster.yaml", *sorted((ROOT / "configs").glob("*.yaml"))]:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            comment = line.partition("#")[2]
+            if PLAN_NUMBERS.search(comment):
+                found.append(f"{path.name}:{number}: {comment.strip()}")
+    assert not found, found

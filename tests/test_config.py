@@ -58,7 +58,7 @@ def test_single_agent_baseline_is_compute_matched_per_adapter(monkeypatch):
 
 @pytest.mark.parametrize("overrides", [[], ["model.tiny_variant=test"]], ids=["as-shipped", "test-variant"])
 def test_dynamics_presets_are_the_papers_regime_and_its_compute_matched_single_agent(overrides):
-    """configs/tiny-dynamics.yaml (issue 64): 4 + 4, one family per teacher and step (groups of 6), the paper's win
+    """configs/tiny-dynamics.yaml (the paper's regime): 4 + 4, one family per teacher and step (groups of 6), the paper's win
     rule, evolution every 25 steps; its single twin does the same per-adapter work with the same model, rl and sampling."""
     pop = load_config(PRESETS_DIR / "tiny-dynamics.yaml", overrides)
     single = load_config(PRESETS_DIR / "tiny-dynamics-single.yaml", overrides)
@@ -227,3 +227,18 @@ def test_learning_off_needs_evolution_off_and_the_advantage_options_are_checked(
         Config.model_validate({"rl": {"advantage_weighting": "words"}})
     with pytest.raises(ValueError, match="loss_normaliser"):
         Config.model_validate({"rl": {"loss_normaliser": "max"}})
+
+
+def test_dotted_settings_are_overrides_that_read_back_to_the_same_config():
+    """``dotted_settings`` (MLflow's parameters): one ``key=value`` per setting, each as launch.py takes it, strings
+    that YAML would read as something else quoted; all of them together load the configuration they came from."""
+    from configs.loading import dotted_settings, override_value, parse_override
+
+    for value in ("tiny", "true", "null", "", "a: b", 3, 0.0005, True, None, ["x", "y"], {}):
+        assert parse_override(f"k={override_value(value)}")[1] == value, value
+    config = load_config(None, ["population.teachers=3", "inference.vllm_engine_args.max_num_seqs=12",
+                                'run.name="true"'])
+    settings = dotted_settings(config.model_dump(mode="json"))
+    assert settings["population.teachers"] == "3" and settings["run.name"] == '"true"'
+    assert settings["inference.vllm_engine_args.max_num_seqs"] == "12"
+    assert load_config(None, [f"{k}={v}" for k, v in settings.items()]) == config

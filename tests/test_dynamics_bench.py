@@ -21,7 +21,9 @@ CLAIMS = {"population_minus_single_complexity_slope", "single_complexity_down", 
 
 
 def bench(folder: Path, *args: str, overrides: list[str] = OVERRIDES) -> subprocess.CompletedProcess:
+    """The study on ``folder``, its configs named as docs/dynamics.md's commands name theirs (here the defaults)."""
     cmd = [sys.executable, "-m", "studies.dynamics", "--steps", "3", "--seeds", "1", "--probes", "3", "--samples", "1",
+           "--population-config", "configs/tiny.yaml", "--single-config", "configs/tiny-single.yaml",
            "--keep", str(folder), *args, *overrides]
     return subprocess.run(cmd, cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=600)
 

@@ -6,6 +6,7 @@ filling in the base of a checkpoint written before adapters named it."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -133,6 +134,46 @@ def test_merged_model_equals_the_adapter_applied_model(run, tmp_path):
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     with torch.no_grad():
         assert not torch.allclose(base(ids).logits, got, atol=1e-4)  # the adapter changed something
+
+
+def modes(root: Path) -> dict[str, int]:
+    """The permission bits of every file and directory under ``root`` (``root`` itself too)."""
+    return {str(p.relative_to(root)): p.stat().st_mode & 0o777 for p in [root, *root.rglob("*")]}
+
+
+def test_checkpoints_have_the_mode_the_umask_gave_the_run(short_run):
+    """The shared short run's checkpoints (its learners wrote the adapters, optimizer states, league and lineage) have
+    the modes a new file and directory get under the umask the run had (the suite's)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    found = modes(short_run.run_dir / "checkpoints")
+    wrong = {k: oct(v) for k, v in found.items()
+             if v != (0o777 if (short_run.run_dir / "checkpoints" / k).is_dir() else 0o666) & ~umask}
+    assert len(found) > 10 and not wrong, wrong
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_exports_adapters_and_merged_models_get_the_mode_the_umask_gives(run, tmp_path, umask):
+    """An export (adapter, card, merged model) and an adapter a learner saves have the modes a new file and a new
+    directory get under the user's umask: readable by the group and others under 022, by the user alone under 077."""
+    from learners.multi_lora import LoRASpec, MultiLoRAModel
+    from learners.peft_io import save_adapter
+    from transformers import AutoModelForCausalLM
+
+    base_dir = model_path(run_config(run))
+    previous = os.umask(umask)
+    try:
+        done = export_member(run, member="best", out=tmp_path / "export", do_merge=True)
+        model = MultiLoRAModel(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32),
+                               LoRASpec(rank=2, alpha=4, num_slots=1))
+        saved = save_adapter(model, 0, tmp_path / "saved")
+    finally:
+        os.umask(previous)
+    for root in (done.out, saved):
+        found = modes(root)
+        wrong = {k: oct(v) for k, v in found.items() if v != (0o777 if (root / k).is_dir() else 0o666) & ~umask}
+        assert len(found) > 2 and not wrong, (oct(umask), wrong)
+    assert (done.merged / "config.json").is_file() and (done.adapter / "adapter_model.safetensors").is_file()
 
 
 def test_unknown_members_damaged_checkpoints_and_taken_outputs_are_refused(run, tmp_path, capsys):

@@ -21,6 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RAY_ALLOWED = frozenset({"actors", "launch", "bench", "studies", "gpu_check", "tests"})
 SYS_PATH_ALLOWED = {"verifier/forkserver.py"}  # the sandbox sets its children's path itself
+SYS_PATH_EDIT = re.compile(r"\bsys\.path\s*(?:\.\s*(?:insert|append|extend)\s*\(|\[[^\]]*\]\s*=|\+=)")
+"""An edit of ``sys.path`` in the text of code (a child's code string)."""
 ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*`([A-Za-z_][\w]*)(?:/|\.py)`")
 SKIPPED_DIRS = {"__pycache__", "runs", "build", "dist"}
 
@@ -104,6 +106,21 @@ def check_layers(root: Path, layers: dict[str, int]) -> list[str]:
     return problems
 
 
+def sys_path_edits(tree: ast.AST) -> list[tuple[int, bool]]:
+    """``(line, in a string)`` of each call editing ``sys.path`` (``insert``, ``append``, ``extend``) in ``tree``, and
+    of each string constant whose text edits it (the code a test hands a child process, templates included)."""
+    found = []
+    for node in ast.walk(tree):
+        target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr in ("insert", "append", "extend") else None
+        if isinstance(target, ast.Attribute) and target.attr == "path" and \
+                isinstance(target.value, ast.Name) and target.value.id == "sys":
+            found.append((node.lineno, False))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and SYS_PATH_EDIT.search(node.value):
+            found.append((node.lineno, True))
+    return found
+
+
 def path_problems(root: Path) -> list[str]:
     """Edits of ``sys.path`` (``insert``, ``append``, slice assignment) outside :data:`SYS_PATH_ALLOWED`, and modules
     of a package named like a top-level package of ``root``."""
@@ -113,12 +130,9 @@ def path_problems(root: Path) -> list[str]:
         for path in files:
             rel = str(path.relative_to(root))
             if rel not in SYS_PATH_ALLOWED:
-                for node in ast.walk(ast.parse(path.read_text(), rel)):
-                    target = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                        and node.func.attr in ("insert", "append", "extend") else None
-                    if isinstance(target, ast.Attribute) and target.attr == "path" and \
-                            isinstance(target.value, ast.Name) and target.value.id == "sys":
-                        problems.append(f"{rel}:{node.lineno}: edits sys.path (run the script as a module instead)")
+                for line, inside in sys_path_edits(ast.parse(path.read_text(), rel)):
+                    where = " in the code of a string (a child's)" if inside else ""
+                    problems.append(f"{rel}:{line}: edits sys.path{where} (run the script as a module instead)")
             if path.parent != root and path.stem in units and path.stem != unit:
                 problems.append(f"{rel}: named like the package {path.stem}/")
     return problems
@@ -126,9 +140,13 @@ def path_problems(root: Path) -> list[str]:
 
 def test_nothing_edits_the_import_path_and_no_module_shadows_a_package(tmp_path):
     assert path_problems(ROOT) == []
-    _write(tmp_path, {"evolution/__init__.py": "", "bench/evolution.py": "import sys\nsys.path.insert(0, '..')\n"})
-    assert path_problems(tmp_path) == ["bench/evolution.py:2: edits sys.path (run the script as a module instead)",
-                                       "bench/evolution.py: named like the package evolution/"]
+    edit = "sys.path" + ".insert(0, '..')"  # in two parts: one string holding the edit would be this file's own problem
+    child = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {edit!r}])\n"
+    _write(tmp_path, {"evolution/__init__.py": "", "bench/evolution.py": f"import sys\n{edit}\n", "bench/child.py": child})
+    assert sorted(path_problems(tmp_path)) == [
+        "bench/child.py:2: edits sys.path in the code of a string (a child's) (run the script as a module instead)",
+        "bench/evolution.py: named like the package evolution/",
+        "bench/evolution.py:2: edits sys.path (run the script as a module instead)"]
 
 
 def test_no_package_holds_more_than_15_percent_of_the_code():

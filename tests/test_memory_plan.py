@@ -63,6 +63,13 @@ def test_7b_arithmetic_matches_the_reference_numbers(qwen7b_dir):
     assert kv_bytes_per_token(dims, 2) == 2 * 4 * 128 * 2 * 28 == 57_344
 
 
+@pytest.mark.parametrize("name", ["qwen2.5-7b-4t4s.yaml", "qwen2.5-7b-instruct-4t4s.yaml", "qwen2.5-7b-single.yaml"])
+def test_each_7b_presets_max_num_seqs_is_the_plans_choice(qwen7b_dir, name):
+    """The presets set ``max_num_seqs`` to what the memory plan chooses for them on 80 GiB (their comments say so)."""
+    config = preset(name, qwen7b_dir)
+    assert config.inference.vllm_engine_args["max_num_seqs"] == plan_of(config).kv.chosen
+
+
 def test_learner_state_is_sixteen_bytes_per_adapter_parameter(qwen7b_dir):
     dims = load_model_dims(preset("qwen2.5-7b-4t4s.yaml", qwen7b_dir))
     shape = LearnerShape(slots=2, rank=64, targets=tuple(dims.module_widths()), dtype_bytes=2, micro_batch_tokens=1024,

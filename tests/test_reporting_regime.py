@@ -1,4 +1,4 @@
-"""The regime rule of issue 64's study (``reporting.regime``): unsolved share and solved-vs-solved advantage share
+"""The regime rule of the dynamics study in the paper's regime (``reporting.regime``): unsolved share and solved-vs-solved advantage share
 per quarter, seed means against the bounds fixed before the study."""
 
 from __future__ import annotations

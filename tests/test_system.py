@@ -59,7 +59,7 @@ def test_learning_off_is_a_control_in_which_no_adapter_changes(tiny_model, tmp_p
 
 @pytest.mark.slow
 def test_the_dynamics_preset_runs_four_by_four_with_a_family_a_teacher_and_step(tiny_model, tmp_path):
-    """configs/tiny-dynamics.yaml through launch.py (issue 64): 4 teachers + 4 students, each teacher's 6 tasks of a
+    """configs/tiny-dynamics.yaml through launch.py (the paper's regime): 4 teachers + 4 students, each teacher's 6 tasks of a
     step one family, families[(step + position) % 3], and an evolution step that replaces one member per role by a
     child of the others."""
     run_dir = tmp_path / "dynamics"

@@ -149,6 +149,18 @@ def test_the_printed_dashboard_asks_for_the_token_ray_get_auth_token_prints(tmp_
 
 
 @pytest.mark.slow
+def test_the_step_bar_draws_only_on_a_terminal(tmp_path):
+    """``step_bar`` on a terminal (a pseudo-terminal here) draws; on a file it is off, and ``write`` still prints."""
+    from actors.driver import step_bar
+
+    leader, follower = os.openpty()
+    with os.fdopen(follower, "w") as tty, (tmp_path / "log").open("w") as log:
+        assert not step_bar(3, "run", quiet=False, stream=tty).disable
+        assert step_bar(3, "run", quiet=True, stream=tty).disable
+        assert step_bar(3, "run", quiet=False, stream=log).disable
+    os.close(leader)
+
+
 def test_default_run_then_quiet_resume(short_run, short_run_resumed):
     first, run_dir = short_run, short_run.run_dir  # launch.py --steps 2, default output (conftest)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -165,6 +177,8 @@ def test_default_run_then_quiet_resume(short_run, short_run_resumed):
     assert f"python -m evaluation.export {run_dir} --member s" in tail[-1]  # its strongest solver, a student
     both = out + first.stderr
     assert not [mark for mark in ACTOR_OUTPUT_MARKS if mark in both], "actor output reached the terminal"
+    # stdout and stderr are pipes here, as under `ray job submit` or `> log`: the step lines alone, no progress bar
+    assert "\r" not in both and "step/s" not in both and "s/step" not in both, first.stderr[-2000:]
     assert "Token authentication is enabled" not in first.stderr  # Ray's warning: our dashboard lines say it
 
     logs = run_dir / "logs"

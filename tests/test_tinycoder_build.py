@@ -163,7 +163,7 @@ def test_prompt_loss_weight_weights_prompt_tokens_and_zero_keeps_the_old_loss_an
 
 
 def test_stronger_large_is_stronger_on_ten_times_the_corpus_for_8000_steps():
-    """Issue 64's variant: only the corpus size and the training steps differ from ``stronger`` (the shape, the
+    """The ``stronger-large`` variant: only the corpus size and the training steps differ from ``stronger`` (the shape, the
     always-right examples and every other setting are the same), and its key is its own."""
     from dataclasses import asdict
 
@@ -176,7 +176,7 @@ def test_stronger_large_is_stronger_on_ten_times_the_corpus_for_8000_steps():
 
 
 def test_stronger_long_is_stronger_large_for_twice_the_steps():
-    """Issue 64's next lever: only the training steps differ from ``stronger-large``, and its key is its own."""
+    """The ``stronger-long`` variant: only the training steps differ from ``stronger-large``, and its key is its own."""
     from dataclasses import asdict
 
     large, long = asdict(VARIANTS["stronger-large"]), asdict(VARIANTS["stronger-long"])

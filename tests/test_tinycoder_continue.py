@@ -1,4 +1,4 @@
-"""A build that continues a variant's finished model (``BuildSettings.continues``, issue 64's ``stronger-large-plus``):
+"""A build that continues a variant's finished model (``BuildSettings.continues``, as ``stronger-large-plus``):
 it starts from that model's weights, has a key of its own that follows the model it continues, and is refused when
 anything but its training settings differ."""
 
@@ -83,7 +83,7 @@ def test_load_start_refuses_a_model_of_another_tokenizer(tmp_path, micro_variant
 
 
 def test_stronger_large_plus_continues_stronger_large_for_its_steps():
-    """Issue 64: the same settings as ``stronger-large`` (so the same corpus, examples and tokenizer), continued."""
+    """``stronger-large-plus``: the same settings as ``stronger-large`` (so the same corpus, examples and tokenizer), continued."""
     plus = VARIANTS["stronger-large-plus"]
     assert plus.continues == "stronger-large"
     assert continued_settings(plus) == variant_settings("stronger-large")

@@ -1,10 +1,11 @@
 """An interrupted build resumes from its last save or starts clean, saying which in one line, and a resumed build
-equals an uninterrupted one bit for bit (issue 64; ``tinycoder.progress``, ``tinycoder.build.build_cached``)."""
+equals an uninterrupted one bit for bit (``tinycoder.progress``, ``tinycoder.build.build_cached``)."""
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -60,13 +61,12 @@ def assert_same_build(a: Path, b: Path) -> None:
 
 
 CHILD = """
-import sys
-sys.path.insert(0, {tests!r})
-from pathlib import Path
-from test_tinycoder_resume import POLICY, short_test_variant
+import pickle, sys
 from tinycoder.build import build_cached
-build_cached(short_test_variant({steps}), 0, Path({target!r}), progress=True, threads=1, save_policy=POLICY)
+settings, target, policy = pickle.loads(bytes.fromhex(sys.argv[1]))
+build_cached(settings, 0, target, progress=True, threads=1, save_policy=policy)
 """
+"""The killed child: a build of the settings, target and save policy it is handed (pickled, as hex, in argv)."""
 # saves after every 2 steps, and the test variant's 800 programs verified in chunks of 100 (a save after each)
 POLICY = SavePolicy(every_steps=2, corpus_chunk=100)
 
@@ -74,10 +74,9 @@ POLICY = SavePolicy(every_steps=2, corpus_chunk=100)
 def build_killed_at(target: Path, file: Path, log: Path) -> None:
     """Build ``target`` in a child process and kill it with SIGKILL as soon as ``file`` exists (the child's stderr
     goes to ``log``)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    code = CHILD.format(tests=str(ROOT / "tests"), steps=KILL_STEPS, target=str(target))
+    handed = pickle.dumps((short_test_variant(KILL_STEPS), target, POLICY)).hex()
     with log.open("w") as err:
-        child = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        child = subprocess.Popen([sys.executable, "-c", CHILD, handed], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + 240
         while not file.is_file() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -126,7 +125,11 @@ def test_resumes_from_a_training_save_or_from_the_saved_corpus_when_the_training
 
     capfd.readouterr()
     build_model(MICRO, 0, tmp_path / "second", progress=True, save_dir=saves, save_policy=SavePolicy(every_steps=2))
-    assert start_lines(capfd.readouterr().err, key) == [f"[tiny-coder] resuming build {key} from step 2 of 4 (saved in {saves})"]
+    err = capfd.readouterr().err
+    assert start_lines(err, key) == [f"[tiny-coder] resuming build {key} from step 2 of 4 (saved in {saves})"]
+    # stderr is not a terminal here: progress lines (at least the last step's), no bar redraws
+    assert "\r" not in err and "step/s" not in err and "s/step" not in err, err
+    assert [line for line in err.splitlines() if line.startswith("[tiny-coder] step 4/4, loss ")], err
     assert_same_build(tmp_path / "whole", tmp_path / "second")
 
     data = (saves / TRAIN_FILE).read_bytes()

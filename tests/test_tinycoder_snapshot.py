@@ -1,4 +1,4 @@
-"""A build's training save as a model directory (``tinycoder.snapshot``: the points of issue 64's curve), the tokens
+"""A build's training save as a model directory (``tinycoder.snapshot``: the points of the regime gate's curve against training tokens), the tokens
 its steps trained on, and a held-out probe set that leaves out every program the build drafted."""
 
 from __future__ import annotations

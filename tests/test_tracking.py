@@ -25,7 +25,8 @@ from configs import ConfigError, load_config
 from reporting.run_dir import RunDirectory
 from reporting.tracking import (SAMPLE_COLUMNS, TRACKING_FILE, check_tracking, sample_table, scalars, tracking_problems,
                                 wandb_credentials)
-from reporting.tracking.mlflow_backend import metric_name
+from configs.loading import dotted_settings
+from reporting.tracking.mlflow_backend import ALLOW_FILE_STORE, metric_name
 from short_runs import ROOT, launch
 
 wandb = pytest.importorskip("wandb", reason="the tracking extra: pip install -e '.[tracking]'")
@@ -60,13 +61,14 @@ KEYS = {"valid_rate", "solve_rate", "coverage", "teacher_reward", "eval/humaneva
 
 @pytest.fixture
 def offline(tmp_path, monkeypatch) -> Path:
-    """W&B offline, its files under tmp_path/wandb-dir; MLflow's file store allowed (the backend sets it too)."""
+    """W&B offline, its files under tmp_path/wandb-dir; MLflow at its default store, nothing set for it."""
     wandb_dir = tmp_path / "wandb-dir"
     wandb_dir.mkdir()
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv(ALLOW_FILE_STORE, raising=False)  # the default store needs no such variable (checked below)
     return wandb_dir
 
 
@@ -188,8 +190,20 @@ def test_every_backend_gets_the_same_scalars_and_the_samples_table(tmp_path, off
     table = json.loads(table_file.read_text())
     assert table["columns"] == list(SAMPLE_COLUMNS) and table["data"][0][SAMPLE_COLUMNS.index("answer")] == "3"
 
+    # MLflow: the SQLite store in the run directory, which a fresh client (as `mlflow ui`'s server) opens with no
+    # MLFLOW_ALLOW_FILE_STORE; every setting a parameter under its dotted key, as launch.py takes it back
+    assert kept["mlflow"]["tracking_uri"] == f"sqlite:///{root.absolute() / 'mlflow.db'}" and ALLOW_FILE_STORE not in os.environ
     client, run_id = mlflow_client(root)
     logged = client.get_run(run_id)
+    config = load_config(None, [ALL, "logging.samples_every=2", "run.name=tracked"])
+    settings = dotted_settings(config.model_dump(mode="json"))
+    assert logged.data.params == settings and len(settings) > 100  # more than one log_batch call takes
+    assert logged.data.params["logging.samples_every"] == "2" and logged.data.params["run.name"] == "tracked"
+    assert load_config(None, [f"{k}={v}" for k, v in logged.data.params.items()]) == config  # they read back
+    assert {k: v for k, v in logged.data.tags.items() if k.startswith("populora.") and k != "populora.run_dir"} == {
+        "populora.tiny_variant": "default", "populora.population": "2 teachers + 2 students",
+        "populora.inference_backend": config.inference.backend}  # as resolved: hf on a CPU machine
+    assert client.get_experiment(logged.info.experiment_id).artifact_location == (root / "mlartifacts").as_uri()
     assert set(logged.data.metrics) == {metric_name(k) for k in KEYS}
     assert logged.info.status == "FINISHED" and logged.info.run_name == "tracked"
     history = client.get_metric_history(run_id, "eval/humaneval_plus/t0")
@@ -209,7 +223,7 @@ def test_resume_continues_the_same_tracked_runs_and_repeated_steps_are_kept(tmp_
     next_second()
     # Session 2: --resume from the step-2 checkpoint (metrics cut back to it): steps 3-5 again, new values.
     RunDirectory(root).truncate_metrics(2)
-    session(root, [3, 4, 5], [ALL], number=2, start_step=3)
+    session(root, [3, 4, 5], [ALL, "rl.learning_rate=0.001"], number=2, start_step=3)  # other settings: tags
     second = json.loads((root / TRACKING_FILE).read_text())
     assert second["wandb"]["run_id"] == first["wandb"]["run_id"]
     assert second["mlflow"]["run_id"] == first["mlflow"]["run_id"]
@@ -233,6 +247,11 @@ def test_resume_continues_the_same_tracked_runs_and_repeated_steps_are_kept(tmp_
     assert history == [(1, 1.1), (2, 1.2), (3, 1.3), (4, 1.4), (3, 11.3), (4, 11.4), (3, 2.3), (4, 2.4), (5, 2.5)]
     assert client.get_run(run_id).data.metrics["solve_rate"] == pytest.approx(2.5)
     assert len(client.search_runs([client.get_run(run_id).info.experiment_id])) == 1
+    # parameters cannot change: they keep the first session's settings; the resumed one's changes are tags
+    data = client.get_run(run_id).data
+    assert data.params["rl.learning_rate"] == "0.0005"
+    assert {k: v for k, v in data.tags.items() if k.startswith("populora.resumed")} == {
+        "populora.resumed.rl.learning_rate": "0.001", "populora.resumed_at_step": "3"}
 
 
 def test_wandb_drops_a_rewound_step_given_as_its_own_step(tmp_path, offline):
@@ -252,7 +271,8 @@ def tracking_warnings(caplog) -> list[str]:
 
 def test_a_store_that_cannot_be_written_drops_mlflow_with_one_warning(tmp_path, offline, caplog):
     root = tmp_path / "run"
-    config = load_config(None, ["logging.backends=[tensorboard,mlflow]"])
+    # a file store (named, as a user may): its directory can be made unwritable under the open client
+    config = load_config(None, ["logging.backends=[tensorboard,mlflow]", f"logging.mlflow_tracking_uri={(root / 'mlruns').as_uri()}"])
     run = RunDirectory(root)
     run.create(config)
     run.open_tracking(config.logging, config)
@@ -358,6 +378,8 @@ def test_a_resumed_launch_tracks_its_steps_in_every_backend(short_run, tmp_path)
                   env={"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir), "WANDB_SILENT": "true"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"tracking: tensorboard, wandb, mlflow ({run_dir / TRACKING_FILE})" in done.stdout
+    store = f"sqlite:///{run_dir / 'mlflow.db'}"  # the tracking URI printed, with the command that opens it
+    assert f"[populora] mlflow: {store} (view it with: mlflow ui --backend-store-uri {store})" in done.stdout
     assert "tracking:" not in done.stderr  # no tracker failed
     step_row = RunDirectory(run_dir).read_metrics()[-1]
     assert step_row["step"] == 3
@@ -365,6 +387,9 @@ def test_a_resumed_launch_tracks_its_steps_in_every_backend(short_run, tmp_path)
 
     client, run_id = mlflow_client(run_dir)
     assert set(client.get_run(run_id).data.metrics) == {metric_name(k) for k in keys}
+    data = client.get_run(run_id).data  # a tracker new to the run: the resumed session's settings as parameters
+    assert data.params["model.tiny_variant"] == "test" and data.params["run.dashboard"] == "false"
+    assert data.tags["populora.tiny_variant"] == "test" and data.tags["populora.inference_backend"] == data.params["inference.backend"]
     assert [m.step for m in client.get_metric_history(run_id, "valid_rate")] == [3]
     assert [a.path for a in client.list_artifacts(run_id, "samples")] == ["samples/step-000003.json"]
 

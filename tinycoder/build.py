@@ -7,7 +7,7 @@ Every random choice derives from ``seed``, so two builds with one seed give iden
 
 Given ``save_dir`` (a cached build gives its ``<variant>-<key>.progress`` directory), the build saves its progress
 there (``tinycoder.progress``: the corpus once made, the tokenizer and encoded examples, the training state every
-``save_policy``) and resumes from what an interrupted build saved, saying in one line which (issue 64).
+``save_policy``) and resumes from what an interrupted build saved, saying in one line which.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from verifier.sandbox import Verifier
 
 # Mean tokens of an example and of its completion in the default corpus (measured: 165 and 65).
 TYPICAL_EXAMPLE = (165, 65)
-# Seconds per drawn program of the corpus, the examples and the tokenizer together, on 2 cores (2026-11-29, issue 64):
+# Seconds per drawn program of the corpus, the examples and the tokenizer together, on 2 cores (2026-11-29):
 # the corpus 0.008 s idle (32 s for 4000 programs), 0.011 at load ~4, 0.030 at load ~10; examples, tokenizer and
 # encoding 0.003 at load ~10. (Before: a flat 8% of the training time, which a 10x corpus outgrows.)
 PREP_S_PER_PROGRAM = 0.012
@@ -173,7 +173,7 @@ def build_model(
         # three significant figures, not decimals: a tiny build's step can take under a millisecond
         "s_per_step": float(f"{timings['train_s'] / max(1, settings.train.steps - resume.step):.3g}"),
         "continues": None if start_from is None else described["settings"]["continues"],  # no path: manifests ship
-        "start": resume.line or None,  # the one line that said whether the build resumed (issue 64)
+        "start": resume.line or None,  # the one line that said whether the build resumed
         "resumed_from_step": resume.step if resume.train is not None else None,
         "train_s_total": round(timings["train_s"] + (resume.train.train_s if resume.train is not None else 0.0), 1),
         "estimated_build_s": None if estimate is None else float(f"{estimate:.3g}"),
@@ -198,7 +198,7 @@ def build_cached(
 ) -> Path:
     """Build into the cache entry ``target`` (``<root>/<variant>-<key>``) unless it is there: under its lock, in a
     temporary directory renamed into place (``tinycoder.cache.build_once``), saving progress in
-    ``<variant>-<key>.progress`` beside it and resuming from it (issue 64); the progress goes once the model is in place."""
+    ``<variant>-<key>.progress`` beside it and resuming from it; the progress goes once the model is in place."""
     target = Path(target)
     save_dir = progress_dir_for(target)
     return build_once(target.parent, target.name,
@@ -228,7 +228,16 @@ def write_model(model: torch.nn.Module, tokenizer: Any, corpus: list[VerifiedPro
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
-    model.save_pretrained(out_dir)
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    if not sys.stderr.isatty():  # transformers' "Writing model shards" bar, a redraw in a log file
+        hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(out_dir)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     _write_seed_tasks(corpus, settings.seed_tasks, out_dir / "tasks.jsonl", random.Random(seed + 2))
 
 

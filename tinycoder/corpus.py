@@ -156,8 +156,8 @@ def _trace_lines(program: Program, result: ExecResult) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class PartialCorpus:
     """A corpus verified up to draft ``drafts_done`` (of ``build_corpus``'s drafts, in order): the programs kept so
-    far and the state of the random generator that decides which constant programs stay (issue 64: a build saves it
-    and resumes the corpus there)."""
+    far and the state of the random generator that decides which constant programs stay (a build saves it and
+    resumes the corpus there)."""
 
     drafts_done: int
     kept: tuple[VerifiedProgram, ...]

@@ -1,4 +1,4 @@
-"""A build's saved progress, so that an interrupted build resumes where it stopped (issue 64, deliverable 1).
+"""A build's saved progress, so that an interrupted build resumes where it stopped.
 
 A cached build (``tinycoder.build_here``) keeps its progress in ``<cache root>/<variant>-<key>.progress/``, beside
 the cache entry and written only under its lock (``tinycoder.cache.build_once``). Stages, each written atomically

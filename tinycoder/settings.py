@@ -118,19 +118,19 @@ VARIANTS: dict[str, BuildSettings] = {
     # For the dynamics study only (docs/dynamics.md, study H), never the default path: the default with student
     # examples that are always right and 1.5x its training, for students that solve more of the valid tasks.
     "stronger": replace(DEFAULT, mix=ExampleMix(p_correct=1.0), train=replace(DEFAULT.train, steps=1200)),
-    # Issue 64 (the toy in the paper's regime), never the default path: `stronger` (student examples always right) on
+    # For the toy in the paper's regime, never the default path: `stronger` (student examples always right) on
     # ten times the corpus (40,000 programs drawn, ~104k examples) for 8,000 steps (~1.9 epochs; `stronger`: ~2.9 of
     # 4,000 programs). "large" is the data and the training: the shape stays the default's 2.4M parameters (the
     # `larger` variant showed 4,000 programs, not the parameters, bound the default). ~1.8 h on 1 thread of a shared
     # 2-core CPU with bf16 (docs/tinycoder.md); the build saves its progress and resumes (tinycoder.progress).
     "stronger-large": replace(DEFAULT, mix=ExampleMix(p_correct=1.0),
                               corpus=replace(DEFAULT.corpus, programs=40_000), train=replace(DEFAULT.train, steps=8000)),
-    # Issue 64's next lever, never the default path: `stronger-large` missed the regime gate by 0.04 of unsolved valid
+    # The regime gate's next lever, never the default path: `stronger-large` missed the regime gate by 0.04 of unsolved valid
     # tasks with every rate still moving with training tokens and no gap between trained and held-out programs
     # (docs/tinycoder.md), so the same corpus and shape for twice the steps (~3.7 epochs); hours, resumable.
     "stronger-long": replace(DEFAULT, mix=ExampleMix(p_correct=1.0),
                              corpus=replace(DEFAULT.corpus, programs=40_000), train=replace(DEFAULT.train, steps=16_000)),
-    # Issue 64, never the default path: `stronger-large`'s finished model trained for its 8,000 steps again (a warm
+    # For the paper's regime, never the default path: `stronger-large`'s finished model trained for its 8,000 steps again (a warm
     # restart: a fresh AdamW, warmup and cosine schedule, a new data order; 64 M training tokens in all, as
     # `stronger-long`), half the hours of `stronger-long` because it starts where `stronger-large` ended.
     "stronger-large-plus": replace(DEFAULT, mix=ExampleMix(p_correct=1.0), continues="stronger-large",

@@ -31,7 +31,7 @@ WEIGHTS = "model.safetensors"
 SHIPPED_SEED = 0
 REBUILD = "python -m tinycoder build --variant {variant} --ship"
 STORAGE = {"stronger-large": "bf16", "stronger-long": "bf16", "stronger-large-plus": "bf16"}
-"""How a variant's weights are stored when shipped (float32 unless named): issue 64 lets its study variant grow the
+"""How a variant's weights are stored when shipped (float32 unless named): the study variant of the paper's regime may grow the
 shipped weights only in bf16. The config keeps ``dtype: float32``, so loaders upcast on load and compute as before;
 the gates of such a model are measured from the stored weights (docs/tinycoder.md)."""
 

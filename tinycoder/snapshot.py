@@ -1,4 +1,4 @@
-"""A build's training save as a model directory: the points of a curve of the gates against training tokens (issue 64).
+"""A build's training save as a model directory: the points of a curve of the gates against training tokens.
 
 A build saves its training state every 120 s (``tinycoder.progress``); ``train.pt`` is overwritten each time, so a
 curve keeps copies of it (any ``TrainState`` file of the build). :func:`snapshot` turns one into a plain Hugging

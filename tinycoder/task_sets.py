@@ -44,7 +44,7 @@ def tasks_from(corpus: list, count: int, n_inputs: int, seed: int) -> list:
 
 PROBE_SET = "heldout-v2"
 """Names the probe set's rule in cache keys (``studies.dynamics``): v2 leaves out every program the model's build
-drafted. v1 (before issue 64) left out only the model's seed tasks: 7 of its 120 probe programs were drafts of the
+drafted. v1 (before the build's drafts were known) left out only the model's seed tasks: 7 of its 120 probe programs were drafts of the
 default's build, 21 of the ``stronger-large`` build's, so a bigger corpus would have been scored partly on its
 training programs."""
 

@@ -15,7 +15,7 @@ weight > 0 also teaches the programs, inputs and outputs the prompts show, at no
 those positions. The LM head runs only on positions of weight > 0, which saves most of its cost when
 the prompts are not predicted.
 
-Resumable (issue 64): ``train`` can hand a :class:`TrainState` (everything the remaining steps depend on) to a
+Resumable: ``train`` can hand a :class:`TrainState` (everything the remaining steps depend on) to a
 ``save`` callback every so often (:class:`SavePolicy`) and continue from one (``resume=``); continued with the same
 torch thread count it takes exactly the steps an uninterrupted run takes, to the last bit.
 """
@@ -39,6 +39,8 @@ from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 from tinycoder.examples import Example
 from tinycoder.settings import TrainSettings, resolve_precision
 
+LINE_EVERY_S = 30.0
+"""With progress on and stderr not a terminal, a training progress line at most this often (and at the last step)."""
 
 @dataclass(frozen=True)
 class Encoded:
@@ -193,7 +195,7 @@ def cpu_threads() -> int:
 
 @dataclass
 class TrainState:
-    """What the remaining steps of a training run depend on, after ``step`` optimizer steps (issue 64).
+    """What the remaining steps of a training run depend on, after ``step`` optimizer steps.
 
     The learning-rate schedule is a function of the step (``lr_at``), so the step is its whole state; the data order
     is the Python RNG's state (``random.Random.getstate()``) plus the batches of the current epoch not yet trained
@@ -281,9 +283,11 @@ def train(
         torch.set_rng_state(resume.torch_rng)
         start, earlier_s, losses = resume.step, resume.train_s, list(resume.losses)
     model.train()
+    # a bar on a terminal; redirected (a log file, a pipe), one line every LINE_EVERY_S instead of the bar's redraws
     bar = tqdm(total=settings.steps, initial=start, desc="tiny-coder", unit="step", file=sys.stderr,
-               disable=not progress, mininterval=2.0)
-    began = last_save = time.perf_counter()
+               disable=not (progress and sys.stderr.isatty()), mininterval=2.0)
+    show_lines = progress and bar.disable
+    began = last_save = last_line = time.perf_counter()
     for step in range(start, settings.steps):
         ids, attn, target = collate(data, next_batch(queue, data, settings.batch_tokens, rng), pad_id,
                                     settings.prompt_loss_weight)
@@ -296,6 +300,11 @@ def train(
         if step % 10 == 0:
             bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}")
         now = time.perf_counter()
+        if show_lines and (now - last_line >= LINE_EVERY_S or step + 1 == settings.steps):
+            recent = losses[-10:]
+            print(f"[tiny-coder] step {step + 1}/{settings.steps}, loss {sum(recent) / len(recent):.3f} "
+                  f"({earlier_s + now - began:.0f} s)", file=sys.stderr, flush=True)
+            last_line = now
         if save is not None and save_policy.due(step + 1, settings.steps, now - last_save):
             save(TrainState(step=step + 1, losses=list(losses), data_rng=rng.getstate(), queue=[list(b) for b in queue],
                             torch_rng=torch.get_rng_state(), model=model.state_dict(), optimizer=opt.state_dict(),

@@ -45,7 +45,8 @@ INSTALL_HINT = "pip install -e '.[tracking]' (or bash install.sh cpu tracking)"
 
 class Tracker(Protocol):
     """One backend's tracked run. ``record``: what RUN_DIR/tracking.json keeps of it (its run id and where it lives),
-    given back as ``TrackingContext.kept`` on ``--resume`` to continue it (None: nothing to keep)."""
+    given back as ``TrackingContext.kept`` on ``--resume`` to continue it (None: nothing to keep). A tracker may
+    also have ``view``, one line saying where a user finds it (``Tracking.views``, printed as the run starts)."""
 
     name: str
     run_id: str | None
@@ -226,6 +227,10 @@ class Tracking:
     @property
     def names(self) -> list[str]:
         return [t.name for t in self.trackers]
+
+    def views(self) -> list[str]:
+        """Where a user finds each open tracked run, one line per tracker that says (``view``: MLflow's URI)."""
+        return [t.view for t in self.trackers if getattr(t, "view", None)]
 
     def _warn(self, name: str, what: str, exc: BaseException) -> None:
         self.dropped.append(name)
