@@ -404,7 +404,8 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
                     rows = [r for r in rows if r["step"] <= restored]
                     bar.n = max(0, restored - start_step + 1)
                     bar.refresh()
-                row, ahead = run_step(system, step, prompts, ahead, overlap=not drains_after(config, step, last_step))
+                row, ahead = run_step(system, step, prompts, ahead, overlap=not drains_after(config, step, last_step),
+                                      last_step=last_step)
                 if evaluator is not None and evaluator.due(step):  # eval/<benchmark>/<member> in metrics and TensorBoard
                     started = time.perf_counter()
                     row.update(evaluator(system.generate, sorted(system.owners)))

@@ -100,9 +100,10 @@ class LeagueActor:
         return rows
 
     # evolution ---------------------------------------------------------------------------------
-    def plan_replacements(self, step: int) -> list[Any]:
-        """Per sub-population: the weakest unprotected member, the parents of its child, the operator."""
-        if not self.policy.due(step):
+    def plan_replacements(self, step: int, last_step: int | None = None) -> list[Any]:
+        """Per sub-population: the weakest unprotected member, the parents of its child, the operator; none unless
+        evolution is due at ``step`` of a run ending at ``last_step`` (``ReplacementPolicy.due``)."""
+        if not self.policy.due(step, last_step):
             return []
         return [sel for role in ("teacher", "student") if (sel := self.policy.select(self.league, role, step)) is not None]
 

@@ -1,4 +1,4 @@
-"""One PopuLoRA step: match, propose, validate, solve, update (and evolve every E steps).
+"""One PopuLoRA step: match, propose, validate, solve, update (and evolve every E steps, never at the run's last).
 
 Each phase's seconds go to the step's row (``phase_seconds``): match, propose, validate, solve (generation),
 judge (the verifiers on the answers), record (the league's outcomes), train, handover (new adapter versions to
@@ -150,12 +150,13 @@ def generate_rollouts(system: "System", step: int, prompts: StepPrompts) -> Roll
 
 
 def run_step(system: "System", step: int, prompts: StepPrompts, ahead: Rollouts | None = None,
-             overlap: bool = False) -> tuple[dict[str, Any], Rollouts | None]:
+             overlap: bool = False, last_step: int | None = None) -> tuple[dict[str, Any], Rollouts | None]:
     """Run step ``step`` on the actors of ``system``; returns its metrics row and, with ``overlap``, step
     ``step + 1``'s rollouts, generated while this step's update ran (one update behind).
 
     ``ahead``: this step's rollouts when the previous call generated them; None generates them now.
-    ``prompts`` words the prompts and bounds the tasks (``StepPrompts.from_config``).
+    ``prompts`` words the prompts and bounds the tasks (``StepPrompts.from_config``). ``last_step``: the run's last
+    step, at which nothing evolves (``ReplacementPolicy.due``); None: no planned end.
     """
     now = ahead if ahead is not None else generate_rollouts(system, step, prompts)
     timer = PhaseTimer()
@@ -177,7 +178,7 @@ def run_step(system: "System", step: int, prompts: StepPrompts, ahead: Rollouts 
         with timer("handover"):
             system.publish_adapters()
     with timer("evolve"):
-        events = system.evolve(step)  # empty except every E steps
+        events = system.evolve(step, last_step)  # empty except every E steps, and never at the last step
     if events and upcoming is not None:
         raise RuntimeError(f"evolution at step {step} with step {step + 1}'s rollouts in flight: drains_after must drain there")
     if events:
