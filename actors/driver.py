@@ -47,7 +47,7 @@ def format_step(row: dict[str, Any], total: int) -> str:
     return (
         f"step {row['step']:>4}/{total} | valid {row['valid_rate']:.2f} solve {row['solve_rate']:.2f} | "
         f"reward T {row['teacher_reward']:+.2f} S {row['student_reward']:+.2f} | depth {row['program_ast_depth']:.1f} "
-        f"cov {row['coverage']} | mu {ratings}{evo} | {seconds:.0f}s"
+        f"cov {row['coverage']} | idle {row.get('idle_student_share', 0.0):.2f} | mu {ratings}{evo} | {seconds:.0f}s"
     )
 
 

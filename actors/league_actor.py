@@ -33,7 +33,7 @@ class LeagueActor:
         self.league = League(mu=lg.mu, sigma=lg.sigma, beta=lg.beta, tau=lg.tau, draw_probability=lg.draw_probability,
                              solve_threshold=lg.solve_threshold, pfsp_weighting=lg.pfsp_weighting,
                              pfsp_exponent=lg.pfsp_exponent, epsilon=lg.epsilon, winrate_decay=lg.winrate_decay,
-                             unsolved_is_teacher_win=lg.unsolved_is_teacher_win, seed=cfg.run.seed)
+                             unsolved_is_teacher_win=lg.unsolved_is_teacher_win, matching=lg.matching, seed=cfg.run.seed)
         for member, role in members:
             self.league.add_member(member, LEAGUE_ROLE[role])
         self.roles = dict(members)

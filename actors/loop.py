@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import ray
 
 from configs.schema import Config
+from evolution.league import idle_student_share
 from rollouts import (
     DroppedRequest,
     ProposalJob,
@@ -89,6 +90,7 @@ class Rollouts:
     """What a step's generation phases made (match .. judge, outcomes recorded): its update's samples and row."""
 
     step: int
+    pairs: list[tuple[str, str]]  # the step's (teacher, student) matches, in the league's teacher order
     proposals: list[ProposalJob]
     validations: list[Any]
     solves: list[SolveJob]
@@ -146,7 +148,7 @@ def generate_rollouts(system: "System", step: int, prompts: StepPrompts) -> Roll
     samples = teacher_samples(proposals, rho, cfg.rewards, cfg.population.single_agent)
     samples += student_samples(solves, per_job, cfg.rewards)
     samples += hindsight_samples(solves, rho, prompts, cfg.rl.hindsight_coef)  # none unless rl.hindsight_coef > 0
-    return Rollouts(step, proposals, validations, solves, per_job, rho, dropped, samples, timer.seconds)
+    return Rollouts(step, pairs, proposals, validations, solves, per_job, rho, dropped, samples, timer.seconds)
 
 
 def run_step(system: "System", step: int, prompts: StepPrompts, ahead: Rollouts | None = None,
@@ -181,11 +183,13 @@ def run_step(system: "System", step: int, prompts: StepPrompts, ahead: Rollouts 
         events = system.evolve(step, last_step)  # empty except every E steps, and never at the last step
     if events and upcoming is not None:
         raise RuntimeError(f"evolution at step {step} with step {step + 1}'s rollouts in flight: drains_after must drain there")
+    students = [m["id"] for m in members if m["role"] in ("student", "agent")]  # the step's: read before evolution
     if events:
         members = ray.get(system.league.members.remote())
     row = step_row(step, members, system.coverage, system.config.tasks.families, now.proposals, now.validations,
                    now.solves, now.judgements, now.rho, now.samples, train_stats, events, timer.seconds,
                    prompt_metrics(now.proposals, now.solves, now.dropped, prompts))
+    row["idle_student_share"] = round(idle_student_share(now.pairs, students), 4)  # students no teacher drew
     row["proposals"] = proposal_records(now.proposals, now.validations, now.rho, now.samples, system.config.rl)
     if system.config.run.max_staleness:
         row["staleness"] = 0 if ahead is None else 1  # updates between the generating adapters and the learners'

@@ -250,6 +250,13 @@ class OperatorConfig(Section):
                     "blend weight (blend_svd), fraction from parent b (splice_svd), eta in [1, 2.5] (extrapolate: 1 is the stronger parent, the paper draws from [1, 1.5]).",
     )
 
+    matching: Literal["independent", "cover_students"] = Field(
+        "independent",
+        description="How teachers draw students: 'independent', each by PFSP on its own (a student may sit a step out: "
+                    "(3/4)^4 = 0.32 of steps with 4 + 4 uniform draws); 'cover_students', every student plays each step "
+                    "when teachers >= students (teachers in an order the league's generator shuffles each step, the first "
+                    "min(T, S) drawing by PFSP without replacement, the rest as 'independent'; evolution/league.py).",
+    )
 
 def _default_operators() -> dict[str, OperatorConfig]:
     """Every operator at its spec's default weight and strength (``configs.operators.SPECS``)."""
