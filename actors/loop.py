@@ -49,6 +49,7 @@ from rollouts import (
     drop_rejected_proposals,
     drop_rejected_solves,
     judge_items,
+    mark_kl_readout,
     parsed_proposals,
     prompt_metrics,
     proposal_jobs,
@@ -148,6 +149,7 @@ def generate_rollouts(system: "System", step: int, prompts: StepPrompts) -> Roll
     samples = teacher_samples(proposals, rho, cfg.rewards, cfg.population.single_agent)
     samples += student_samples(solves, per_job, cfg.rewards)
     samples += hindsight_samples(solves, rho, prompts, cfg.rl.hindsight_coef)  # none unless rl.hindsight_coef > 0
+    mark_kl_readout(samples, step, cfg.rl.kl_readout_every, cfg.rl.kl_readout_samples)  # the learners' KL to the base
     return Rollouts(step, pairs, proposals, validations, solves, per_job, rho, dropped, samples, timer.seconds)
 
 

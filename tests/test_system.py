@@ -96,12 +96,18 @@ def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
             "written_programs", "buffer_programs", "buffer_seed_share", "buffer_program_loc", "rho_by_teacher"}
     assert keys <= set(rows[0])
     assert rows[0]["buffer_programs"] > 0 and rows[0]["buffer_seed_share"] == 1.0  # step 1 draws only seed tasks
-    for row in rows:  # every member's mean token entropy, every step (rl.log_entropy)
+    for row in rows:  # every member's mean token entropy and update norm, every step (rl.log_entropy)
         assert row["train"] and all(stats["entropy"] > 0 for stats in row["train"].values())
+        for member, stats in row["train"].items():  # a zero gradient (every reward of a group equal) moves nothing
+            assert row[f"update_norm/{member}"] == stats["update_norm"] and (stats["update_norm"] > 0) == (stats["grad_norm"] > 0)
+    assert not any("kl_to_base" in stats for stats in rows[0]["train"].values())  # the readout every 2 steps
+    assert all(stats["kl_to_base"] == rows[1][f"kl_to_base/{m}"] >= 0 and stats["kl_to_base_tokens"] > 0
+               for m, stats in rows[1]["train"].items())
+    assert rows[0]["idle_student_share"] in (0.0, 0.5) and "| idle " in first.stdout
     proposals = RunDirectory(run_dir).read_side("proposals")  # one record per proposal, with its advantage
     assert len([p for p in proposals if p["step"] == 1]) == 3 * sum(m["role"] == "teacher" for m in rows[0]["members"])
     assert all(p["advantage"] is not None or p["completion_tokens"] == 0 for p in proposals)
-    assert set(rows[0]["rho_by_teacher"]) == {m["id"] for m in rows[0]["members"] if m["role"] == "teacher"}
+    assert set(rows[1]["rho_by_teacher"]) == {m["id"] for m in rows[1]["members"] if m["role"] == "teacher"}  # no child
     assert set(rows[0]["phase_seconds"]) == {"match", "propose", "validate", "solve", "judge", "train", "handover", "record",
                                              "evolve"}
     tokens = rows[0]["tokens"]  # what the time plan's --from-run reads
@@ -151,19 +157,21 @@ def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
     assert untimed[0] == untimed[1]
     again = launch("--resume", str(replay_dir), "run.dashboard=false")  # nothing left to run: said, exit 0
     assert again.returncode == 0 and "already reached its planned last step 2" in again.stdout
+    # Resumed to a later last step (4), the run evolves at its next due step, 3, which is no longer the last, and not at 4.
+    further = launch("--resume", str(replay_dir), "--steps", "2", "--quiet", "run.dashboard=false")
+    assert further.returncode == 0, further.stderr[-3000:]
+    longer = metrics(replay_dir)
+    assert [r["step"] for r in longer] == [1, 2, 3, 4] and longer[2]["evolution"] and longer[3]["evolution"] == []
+    assert longer[2]["evolution"][0]["child"] in {m["id"] for m in longer[3]["members"]}
 
     second = short_run_resumed  # a copy of the run resumed from its latest checkpoint for one more step (--quiet)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "league state equal to the saved one" in (second.run_dir / "logs" / "driver.log").read_text()
     assert [r["step"] for r in metrics(second.run_dir)] == [1, 2, 3]
     resumed_rows = metrics(second.run_dir)
-    # Resumed to a later last step, the run evolves at its next due step (2, no longer the last) and not at step 3.
-    assert resumed_rows[1]["evolution"] and resumed_rows[2]["evolution"] == []
-    child = resumed_rows[1]["evolution"][0]["child"]
-    assert child not in saved_league["roles"] and child in {m["id"] for m in resumed_rows[2]["members"]}
+    assert resumed_rows[2]["evolution"] == []  # step 3 is its last
     resumed_members = {m["id"] for m in resumed_rows[2]["members"]}
-    assert resumed_members == set(saved_league["roles"]) - {e["replaced"] for e in resumed_rows[1]["evolution"]} | {
-        e["child"] for e in resumed_rows[1]["evolution"]}  # the league continued from the saved state
+    assert resumed_members == set(saved_league["roles"])  # the league continued from the saved state
 
     reported = tmp_path / "reported"
     shutil.copytree(second.run_dir, reported)
