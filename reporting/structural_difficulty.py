@@ -141,8 +141,8 @@ def structural_readout(tasks: Sequence[Mapping[str, Any]], reps: int = 2000, see
 
 def structural_gate(readout: Mapping[str, Any]) -> dict[str, Any]:
     """:data:`STRUCTURAL_GATE` on a :func:`structural_readout`: ``bins_used`` with their counts and whether each holds
-    enough tasks, ``ratio`` and ``slope`` checks, and ``holds`` (all three; None where something could not be
-    measured)."""
+    enough tasks, ``ratio`` and ``slope`` checks, and ``holds`` (:func:`all_checks` of the three: False when one
+    fails, None when none fails but one could not be measured)."""
     gate = STRUCTURAL_GATE
     pooled = readout["solve_by_loc"].get("pooled", {})
     slope = readout["reward_slope_per_line"]
@@ -159,5 +159,11 @@ def structural_gate(readout: Mapping[str, Any]) -> dict[str, Any]:
                                   "holds": None if slope["slope"] is None or ci is None
                                   else slope["slope"] > gate["slope_above"] and ci[0] > gate["slope_above"]},
     }
-    verdicts = [c["holds"] for c in checks.values()]
-    return {**checks, "holds": None if None in verdicts else all(verdicts)}
+    return {**checks, "holds": all_checks([c["holds"] for c in checks.values()])}
+
+
+def all_checks(verdicts: Sequence[bool | None]) -> bool | None:
+    """False when any check fails, else None when any could not be measured, else True."""
+    if False in verdicts:
+        return False
+    return None if None in verdicts else True

@@ -92,4 +92,36 @@ def test_the_gate_needs_enough_tasks_a_ratio_of_0_6_and_a_positive_slope():
     assert few["bins_used"] == {"counts": {"1-2": 20, "3-4": 20, "5-6": 20, "7+": 20}, "min": 30, "holds": False}
     assert few["holds"] is False
     empty = structural_gate(structural_readout([task("code_o", 3, 0.5)] * 5))
-    assert empty["ratio_long_to_short"]["holds"] is None and empty["holds"] is None
+    assert empty["ratio_long_to_short"]["holds"] is None and empty["holds"] is False  # too few tasks: it fails
+    unmeasured = gated(0.0, 0.4)  # nothing short solved: no ratio, the other checks hold
+    assert unmeasured["ratio_long_to_short"]["value"] is None and unmeasured["holds"] is None
+
+
+def test_the_bench_keeps_each_valid_tasks_rho_and_program_size(tmp_path):
+    """``bench.tiny_coder.solve`` on the shipped test model: one record per task, its rho the share of its k judged
+    rollouts that solved it (summing to the bench's solved count), its size the verifier's metrics of its program,
+    its teacher reward the run's (0 unsolved, else 1 - rho)."""
+    import random
+
+    from bench.tiny_coder import Outcome, Sampling, solve
+    from configs.schema import RewardsConfig
+    from inference import make_engine
+    from tinycoder import ensure_model
+    from verifier import Task, identity_task
+    from verifier.metrics import program_metrics
+    from verifier.sandbox import Verifier
+
+    longer = "def f(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total"
+    tasks = {"code_o": [identity_task("code_o"), Task("code_o", longer, ["[1, 2]"], ["3"])],
+             "code_i": [identity_task("code_i")]}
+    out = Outcome()
+    with Verifier() as verifier:
+        engine = make_engine("hf", ensure_model("test", progress=False), max_adapters=1, max_lora_rank=8)
+        solve(engine, verifier, tasks, Sampling(0.6, 48, 2, 3, 4), random.Random(0), out, RewardsConfig())
+        engine.close()
+    assert [(t["family"], t["loc"], t["ast_depth"]) for t in out.tasks] == [
+        (task.family, program_metrics(task.program)["loc"], program_metrics(task.program)["ast_depth"])
+        for family in ("code_o", "code_i") for task in tasks[family]]
+    assert all(t["rho"] in (0.0, 0.25, 0.5, 0.75, 1.0) for t in out.tasks)
+    assert sum(4 * t["rho"] for t in out.tasks) == sum(out.solved.values()) and sum(out.rollouts.values()) == 12
+    assert all(t["teacher_reward"] == (0.0 if t["rho"] == 0 else 1 - t["rho"]) for t in out.tasks)
