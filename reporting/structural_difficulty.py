@@ -130,12 +130,17 @@ def reward_slope(tasks: Sequence[Mapping[str, Any]], reps: int = 2000, seed: int
 def structural_readout(tasks: Sequence[Mapping[str, Any]], reps: int = 2000, seed: int = 0) -> dict[str, Any]:
     """The bins (solve rate and count by LOC and by AST depth, per family and pooled), the reward slope on lines of
     code with its interval, and ``ratio_long_to_short``: the pooled solve rate at 7+ lines over that at 1-2 lines
-    (None when either is empty or the short bin's rate is 0)."""
+    (None when either is empty or the short bin's rate is 0), and the same per family
+    (``ratio_long_to_short_by_family``; the gate reads the pooled one)."""
     by_loc = solve_by_bin(tasks, "loc")
-    pooled = by_loc.get("pooled", {})
-    short, long = pooled.get(SHORT_BIN, {}).get("solve"), pooled.get(LONG_BIN, {}).get("solve")
+
+    def ratio(bins: Mapping[str, Mapping[str, Any]]) -> float | None:
+        short, long = bins.get(SHORT_BIN, {}).get("solve"), bins.get(LONG_BIN, {}).get("solve")
+        return round(long / short, 4) if short and long is not None else None
+
     return {"tasks": len(tasks), "solve_by_loc": by_loc, "solve_by_ast_depth": solve_by_bin(tasks, "ast_depth"),
-            "ratio_long_to_short": round(long / short, 4) if short and long is not None else None,
+            "ratio_long_to_short": ratio(by_loc.get("pooled", {})),
+            "ratio_long_to_short_by_family": {f: ratio(bins) for f, bins in by_loc.items() if f != "pooled"},
             "reward_slope_per_line": reward_slope(tasks, reps, seed)}
 
 

@@ -85,6 +85,10 @@ def gated(short_solve: float, long_solve: float, n: int = 40, slope: float = 0.0
 
 def test_the_gate_needs_enough_tasks_a_ratio_of_0_6_and_a_positive_slope():
     assert gated(0.8, 0.4)["holds"] is True  # ratio 0.5, slope 0.05 with a narrow interval, 40 a bin
+    readout = structural_readout([task("code_o", 1, 0.8), task("code_o", 9, 0.2), task("code_i", 2, 0.5),
+                                  task("code_i", 7, 0.5)], reps=50)
+    assert readout["ratio_long_to_short"] == round(0.35 / 0.65, 4)
+    assert readout["ratio_long_to_short_by_family"] == {"code_i": 1.0, "code_o": 0.25}
     ratio = gated(0.8, 0.6)
     assert ratio["ratio_long_to_short"]["value"] == 0.75 and ratio["holds"] is False
     assert gated(0.8, 0.4, slope=-0.05)["reward_slope_per_line"]["holds"] is False
