@@ -227,12 +227,13 @@ def kl_to_base_sums(model: MultiLoRAModel, samples: Sequence[Sample], pad_token_
     if not marked:
         return out
     head, device = model.model.get_output_embeddings(), next(iter(model.lora_layers.values())).lora_A[0].device
+    sample_slots = torch.tensor([s.slot for s in marked], device=device)
     with torch.no_grad():
         for batch in micro_batches(marked, pad_token_id, config.micro_batch_tokens, config.batching):
             batch = batch.to(device)
             on, off = loss_hidden(model, batch), loss_hidden(model, batch, adapter_off=True)
             kl = head_kl(head, on, off, config.temperature, config.logit_chunk_tokens)
-            slots = torch.tensor([marked[i].slot for i in range(len(marked))], device=device)[batch.token_sample[batch.loss_mask]]
+            slots = sample_slots[batch.token_sample[batch.loss_mask]]  # each loss token's adapter slot
             for slot in slots.unique().tolist():
                 mine = slots == slot
                 entry = out.setdefault(slot, {"kl_to_base": 0.0, "kl_to_base_tokens": 0.0})
