@@ -47,7 +47,7 @@ def format_step(row: dict[str, Any], total: int) -> str:
     return (
         f"step {row['step']:>4}/{total} | valid {row['valid_rate']:.2f} solve {row['solve_rate']:.2f} | "
         f"reward T {row['teacher_reward']:+.2f} S {row['student_reward']:+.2f} | depth {row['program_ast_depth']:.1f} "
-        f"cov {row['coverage']} | mu {ratings}{evo} | {seconds:.0f}s"
+        f"cov {row['coverage']} | idle {row.get('idle_student_share', 0.0):.2f} | mu {ratings}{evo} | {seconds:.0f}s"
     )
 
 
@@ -415,7 +415,8 @@ def _train(config: Config, resume: bool, terminal: Terminal, run: RunDirectory, 
                     rows = [r for r in rows if r["step"] <= restored]
                     bar.n = max(0, restored - start_step + 1)
                     bar.refresh()
-                row, ahead = run_step(system, step, prompts, ahead, overlap=not drains_after(config, step, last_step))
+                row, ahead = run_step(system, step, prompts, ahead, overlap=not drains_after(config, step, last_step),
+                                      last_step=last_step)
                 if evaluator is not None and evaluator.due(step):  # eval/<benchmark>/<member> in metrics and TensorBoard
                     started = time.perf_counter()
                     row.update(evaluator(system.generate, sorted(system.owners)))

@@ -33,7 +33,7 @@ class LeagueActor:
         self.league = League(mu=lg.mu, sigma=lg.sigma, beta=lg.beta, tau=lg.tau, draw_probability=lg.draw_probability,
                              solve_threshold=lg.solve_threshold, pfsp_weighting=lg.pfsp_weighting,
                              pfsp_exponent=lg.pfsp_exponent, epsilon=lg.epsilon, winrate_decay=lg.winrate_decay,
-                             unsolved_is_teacher_win=lg.unsolved_is_teacher_win, seed=cfg.run.seed)
+                             unsolved_is_teacher_win=lg.unsolved_is_teacher_win, matching=lg.matching, seed=cfg.run.seed)
         for member, role in members:
             self.league.add_member(member, LEAGUE_ROLE[role])
         self.roles = dict(members)
@@ -100,9 +100,10 @@ class LeagueActor:
         return rows
 
     # evolution ---------------------------------------------------------------------------------
-    def plan_replacements(self, step: int) -> list[Any]:
-        """Per sub-population: the weakest unprotected member, the parents of its child, the operator."""
-        if not self.policy.due(step):
+    def plan_replacements(self, step: int, last_step: int | None = None) -> list[Any]:
+        """Per sub-population: the weakest unprotected member, the parents of its child, the operator; none unless
+        evolution is due at ``step`` of a run ending at ``last_step`` (``ReplacementPolicy.due``)."""
+        if not self.policy.due(step, last_step):
             return []
         return [sel for role in ("teacher", "student") if (sel := self.policy.select(self.league, role, step)) is not None]
 

@@ -1,4 +1,4 @@
-"""One PopuLoRA step: match, propose, validate, solve, update (and evolve every E steps).
+"""One PopuLoRA step: match, propose, validate, solve, update (and evolve every E steps, never at the run's last).
 
 Each phase's seconds go to the step's row (``phase_seconds``): match, propose, validate, solve (generation),
 judge (the verifiers on the answers), record (the league's outcomes), train, handover (new adapter versions to
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import ray
 
 from configs.schema import Config
+from evolution.league import idle_student_share
 from rollouts import (
     DroppedRequest,
     ProposalJob,
@@ -48,6 +49,7 @@ from rollouts import (
     drop_rejected_proposals,
     drop_rejected_solves,
     judge_items,
+    mark_kl_readout,
     parsed_proposals,
     prompt_metrics,
     proposal_jobs,
@@ -89,6 +91,7 @@ class Rollouts:
     """What a step's generation phases made (match .. judge, outcomes recorded): its update's samples and row."""
 
     step: int
+    pairs: list[tuple[str, str]]  # the step's (teacher, student) matches, in the league's teacher order
     proposals: list[ProposalJob]
     validations: list[Any]
     solves: list[SolveJob]
@@ -146,16 +149,18 @@ def generate_rollouts(system: "System", step: int, prompts: StepPrompts) -> Roll
     samples = teacher_samples(proposals, rho, cfg.rewards, cfg.population.single_agent)
     samples += student_samples(solves, per_job, cfg.rewards)
     samples += hindsight_samples(solves, rho, prompts, cfg.rl.hindsight_coef)  # none unless rl.hindsight_coef > 0
-    return Rollouts(step, proposals, validations, solves, per_job, rho, dropped, samples, timer.seconds)
+    mark_kl_readout(samples, step, cfg.rl.kl_readout_every, cfg.rl.kl_readout_samples)  # the learners' KL to the base
+    return Rollouts(step, pairs, proposals, validations, solves, per_job, rho, dropped, samples, timer.seconds)
 
 
 def run_step(system: "System", step: int, prompts: StepPrompts, ahead: Rollouts | None = None,
-             overlap: bool = False) -> tuple[dict[str, Any], Rollouts | None]:
+             overlap: bool = False, last_step: int | None = None) -> tuple[dict[str, Any], Rollouts | None]:
     """Run step ``step`` on the actors of ``system``; returns its metrics row and, with ``overlap``, step
     ``step + 1``'s rollouts, generated while this step's update ran (one update behind).
 
     ``ahead``: this step's rollouts when the previous call generated them; None generates them now.
-    ``prompts`` words the prompts and bounds the tasks (``StepPrompts.from_config``).
+    ``prompts`` words the prompts and bounds the tasks (``StepPrompts.from_config``). ``last_step``: the run's last
+    step, at which nothing evolves (``ReplacementPolicy.due``); None: no planned end.
     """
     now = ahead if ahead is not None else generate_rollouts(system, step, prompts)
     timer = PhaseTimer()
@@ -177,14 +182,16 @@ def run_step(system: "System", step: int, prompts: StepPrompts, ahead: Rollouts 
         with timer("handover"):
             system.publish_adapters()
     with timer("evolve"):
-        events = system.evolve(step)  # empty except every E steps
+        events = system.evolve(step, last_step)  # empty except every E steps, and never at the last step
     if events and upcoming is not None:
         raise RuntimeError(f"evolution at step {step} with step {step + 1}'s rollouts in flight: drains_after must drain there")
+    students = [m["id"] for m in members if m["role"] in ("student", "agent")]  # the step's: read before evolution
     if events:
         members = ray.get(system.league.members.remote())
     row = step_row(step, members, system.coverage, system.config.tasks.families, now.proposals, now.validations,
                    now.solves, now.judgements, now.rho, now.samples, train_stats, events, timer.seconds,
                    prompt_metrics(now.proposals, now.solves, now.dropped, prompts))
+    row["idle_student_share"] = round(idle_student_share(now.pairs, students), 4)  # students no teacher drew
     row["proposals"] = proposal_records(now.proposals, now.validations, now.rho, now.samples, system.config.rl)
     if system.config.run.max_staleness:
         row["staleness"] = 0 if ahead is None else 1  # updates between the generating adapters and the learners'

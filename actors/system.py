@@ -413,15 +413,16 @@ class System:
                                    f"the learners hold {dict(sorted(expected.items()))}")
 
     # evolution ---------------------------------------------------------------------------------
-    def evolve(self, step: int) -> list[dict[str, Any]]:
+    def evolve(self, step: int, last_step: int | None = None) -> list[dict[str, Any]]:
         """The league picks victims and parents; the child is made from the parents' adapters and takes
-        the victim's learner slot (fresh optimizer state; in every replica) and engine adapter.
+        the victim's learner slot (fresh optimizer state; in every replica) and engine adapter. Nothing at the
+        run's last step ``last_step`` (``ReplacementPolicy.due``: a child made there would never train).
 
         The weights move by reference: the parents' state dicts go from their learners to the league
         (top-level arguments, resolved by Ray in the league), the child's from the league to the learner;
         the driver fetches only the lineage event."""
         events = []
-        for selection in ray.get(self.league.plan_replacements.remote(step)):
+        for selection in ray.get(self.league.plan_replacements.remote(step, last_step)):
             parents = [self.learner_of(p).state_dict.remote(p) for p in selection.parents]
             event_ref, child_state = self.league.make_child.remote(selection, *parents)
             event = ray.get(event_ref)

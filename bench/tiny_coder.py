@@ -15,7 +15,11 @@ per valid task, judged by the verifier.
 
 Side by side in the same run: a randomly initialised model of the same architecture and tokenizer
 (its proposals, and its students on the trained model's valid tasks), so the ratios show what the
-bootstrap buys. Progress goes to stderr; the last stdout line is one JSON object with
+bootstrap buys. Each valid task's rho is kept with its program's size: ``structural`` holds the students' solve
+rate by lines-of-code and AST-depth bin (per family and pooled, with counts), the OLS slope of the per-task teacher
+reward on lines of code with its bootstrap interval and the solve ratio of 7+ lines to 1-2
+(``reporting.structural_difficulty``), and ``structural_gate`` whether that gate and the regime gate hold.
+Progress goes to stderr; the last stdout line is one JSON object with
 ``valid_rate`` (valid proposals / proposals), ``solve_rate`` (solving rollouts / rollouts on valid
 tasks, all families), ``distinct_structures`` (distinct AST structures / valid code_o+code_i
 proposals), ``build_minutes`` and the machine's speed: ``s_per_step`` (training seconds per step of
@@ -66,7 +70,10 @@ from tinycoder.settings import VARIANTS, variant_settings
 from tinycoder.train import cpu_threads, measure_step_seconds
 from verifier import Task, identity_task, parse_proposal, student_prompt, teacher_prompt
 from verifier.families import judge_answers, validate_proposals
-from verifier.metrics import structure_hash
+from configs.schema import RewardsConfig
+from reporting.structural_difficulty import all_checks, structural_gate, structural_readout
+from rollouts.rewards import proposer_reward
+from verifier.metrics import program_metrics, structure_hash
 from verifier.sandbox import Verifier
 from planning.model_files import model_dir_argument
 
@@ -100,6 +107,7 @@ class Outcome:
     solved: dict[str, int] = field(default_factory=dict)
     judged: dict[str, int] = field(default_factory=dict)  # valid tasks the students tried, per family
     unsolved: dict[str, int] = field(default_factory=dict)  # ... of which no rollout solved
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # per valid task tried: family, loc, ast_depth, rho, reward
 
     def merge(self, other: "Outcome") -> None:
         """Pool ``other`` (another sampling seed's proposals and rollouts) into this outcome."""
@@ -110,6 +118,7 @@ class Outcome:
         for k, v in other.valid.items():
             self.valid.setdefault(k, []).extend(v)
         self.structures.extend(other.structures)
+        self.tasks.extend(other.tasks)
 
     def unsolved_share(self) -> float | None:
         """Valid tasks that none of their k rollouts solved / valid tasks tried (the regime gate: <= 0.20)."""
@@ -176,28 +185,46 @@ def propose(engine, verifier: Verifier, per_family: int, s: Sampling, rng: rando
     out.valid["code_f"] = [c.task for c in checked if c.valid]
 
 
-def solve(engine, verifier: Verifier, tasks: dict[str, list[Task]], s: Sampling, rng: random.Random, out: Outcome) -> None:
-    """k rollouts per valid task, judged by the verifier."""
+def solve(engine, verifier: Verifier, tasks: dict[str, list[Task]], s: Sampling, rng: random.Random, out: Outcome,
+          rewards: RewardsConfig | None = None) -> None:
+    """k rollouts per valid task, judged by the verifier; each task's record (``Outcome.tasks``: its program's lines
+    of code and AST depth, rho, and the population teacher's reward under ``rewards``, the run's) for the structural
+    readout (``reporting.structural_difficulty``)."""
     flat = [t for fam in ("code_o", "code_i", "code_f") for t in tasks.get(fam, [])]
     if not flat:
         return
     answers = generate(engine, [student_prompt(t) for t in flat], s, s.rollouts_k, rng.randrange(2**30))
     items = [(t, a) for t, group in zip(flat, answers) for a in group]
-    solved_any = [False] * len(flat)
+    rewards = rewards or RewardsConfig()
+    solved_count = [0] * len(flat)
     owners = [i for i, group in enumerate(answers) for _ in group]
     for (task, _), owner, judgement in zip(items, owners, judge_answers(verifier, items)):
         out.rollouts[task.family] = out.rollouts.get(task.family, 0) + 1
         out.solved[task.family] = out.solved.get(task.family, 0) + int(judgement.correct)
-        solved_any[owner] = solved_any[owner] or bool(judgement.correct)
-    for task, solved in zip(flat, solved_any):
+        solved_count[owner] += int(bool(judgement.correct))
+    for task, group, solved in zip(flat, answers, solved_count):
         out.judged[task.family] = out.judged.get(task.family, 0) + 1
         out.unsolved[task.family] = out.unsolved.get(task.family, 0) + (not solved)
+        rho = solved / len(group) if group else 0.0
+        metrics = program_metrics(task.program)
+        out.tasks.append({"family": task.family, "loc": metrics["loc"], "ast_depth": metrics["ast_depth"],
+                          "rho": rho, "teacher_reward": proposer_reward(rho, rewards, single_agent=False)})
 
 
 REGIME_GATE = {"valid_rate": (0.85, None), "unsolved_share": (None, 0.20), "solve_rate": (0.45, 0.70),
                "held_out_probes": (0.35, None)}
 """The regime gate: a student strong enough for the paper's regime, fixed before any study: (min, max) each, on
 80 proposals a family, 3 sampling seeds, k=4 rollouts, the compact prompt."""
+
+
+def structure_gate(readout: dict[str, Any], regime: dict[str, Any]) -> dict[str, Any]:
+    """The structural gate (``reporting.structural_difficulty.structural_gate``: >= 30 valid tasks in each bin used,
+    solve at 7+ lines <= 0.6x that at 1-2, the teacher reward's slope on lines of code > 0 with its bootstrap
+    interval above 0) on the readout of the pooled valid tasks, with the regime gate beside it: ``holds`` needs
+    both."""
+    gate = structural_gate(readout)
+    return {**gate, "structural_holds": gate["holds"], "regime_gate_holds": regime["holds"],
+            "holds": all_checks([gate["holds"], regime["holds"]])}
 
 
 def regime_gate(out: Outcome, probes: dict[str, Any] | None) -> dict[str, Any]:
@@ -382,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cache_dir is not None and not args.fresh:
         parser.error("--cache-dir needs --fresh")
     s = Sampling.of_run(args.config)
+    rewards = load_config(args.config).rewards
     sample_seeds = [int(x) for x in args.sample_seeds.split(",")] if args.sample_seeds else [args.sample_seed]
     load_before = os.getloadavg()
 
@@ -412,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
                 one = Outcome()
                 t0 = time.perf_counter()
                 propose(engine, verifier, args.proposals, s, rng, one)
-                solve(engine, verifier, one.valid, s, rng, one)
+                solve(engine, verifier, one.valid, s, rng, one, rewards)
                 log(f"sampling seed {sample_seed}: valid {one.valid_rate():.3f}, solve {one.solve_rate()}, "
                     f"unsolved valid tasks {one.unsolved_share()} ({time.perf_counter() - t0:.0f} s)")
                 per_seed.append({"sample_seed": sample_seed, "valid_rate": round(one.valid_rate(), 3),
@@ -439,6 +467,11 @@ def main(argv: list[str] | None = None) -> int:
             return None
         return round(a / b, 2) if b > 0 else None
 
+    regime, structural = regime_gate(trained, probes), structural_readout(trained.tasks)
+    pooled = structural["solve_by_loc"].get("pooled", {})
+    log("solve by lines of code: " + ", ".join(f"{b} {v['solve']} (n {v['n']})" for b, v in pooled.items())
+        + f"; 7+ / 1-2 {structural['ratio_long_to_short']}; teacher reward per line "
+        f"{structural['reward_slope_per_line']['slope']} {structural['reward_slope_per_line']['ci']}")
     result = {
         "variant": args.variant,
         "valid_rate": round(trained.valid_rate(), 3),
@@ -446,7 +479,9 @@ def main(argv: list[str] | None = None) -> int:
         "distinct_structures": None if trained.distinct_structures() is None else round(trained.distinct_structures(), 3),
         "unsolved_share": _round(trained.unsolved_share()),
         "held_out_probes": probes,
-        "regime_gate": regime_gate(trained, probes),
+        "regime_gate": regime,
+        "structural": structural,
+        "structural_gate": structure_gate(structural, regime),
         "per_sample_seed": per_seed,
         "proposals_per_family": args.proposals,
         "snapshot": {k: manifest.get(k) for k in ("step", "steps", "tokens_trained", "epochs", "loss_last_20")} if "step" in manifest else None,

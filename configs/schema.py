@@ -195,6 +195,16 @@ class RLConfig(Section):
         "importance_correction 'off'.",
     )
     kl_coef: float = Field(0.0, ge=0, le=10, description="Coefficient of the KL to the frozen base (adapter-off rows).")
+    kl_readout_every: int = Field(
+        5, ge=0, le=100_000,
+        description="Every this many steps (0: never) each member's KL to the frozen base is measured on a few of its "
+                    "own sampled completions, before its update, whatever kl_coef: the exact KL over the vocabulary at each "
+                    "completion token, the reference the same forward pass with the adapter off (train.<member>.kl_to_base "
+                    "and kl_to_base/<member> in metrics.jsonl; learners/policy_learner.py, kl_to_base_sums).",
+    )
+    kl_readout_samples: int = Field(
+        4, ge=1, le=10_000, description="Completions per member and role in each KL readout, spread over its tasks."
+    )
     entropy_coef: float = Field(0.0, ge=0, le=1.0, description="Entropy bonus coefficient (AZR: 0.001).")
     log_entropy: bool = Field(
         True,
@@ -239,6 +249,13 @@ class LeagueConfig(Section):
     unsolved_is_teacher_win: bool = Field(
         True, description="A valid task no rollout solves (rho = 0) counts as a teacher win (the paper's rule). false: a "
                           "teacher loss, as its reward is the floor; with weak students the paper's rule rates teachers by validity.",
+    )
+    matching: Literal["independent", "cover_students"] = Field(
+        "independent",
+        description="How teachers draw students: 'independent', each by PFSP on its own (a student may sit a step out: "
+                    "(3/4)^4 = 0.32 of steps with 4 + 4 uniform draws); 'cover_students', every student plays each step "
+                    "when teachers >= students (teachers in an order the league's generator shuffles each step, the first "
+                    "min(T, S) drawing by PFSP without replacement, the rest as 'independent'; evolution/league.py).",
     )
 
 

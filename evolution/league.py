@@ -19,6 +19,15 @@ f_var(x) = x (1 - x) (near-balanced pairs) or f_hard(x) = (1 - x)^p (strongest s
 below 1e-12 falls back to uniform. Optionally x blends in the decayed empirical win rate:
 x = (g x_emp + k x_ts) / (g + k) with g the decayed game count and k = ``empirical_prior_games``.
 
+Matching (``matching``): ``independent`` draws every teacher's student by PFSP on its own (students may serve several
+teachers, and with T teachers and S students a student sits a step out with probability prod_t (1 - p_ts), (3/4)^4 =
+0.32 for 4 + 4 uniform draws). ``cover_students`` lets every student play each step when T >= S: the teachers are
+taken in an order the league's generator shuffles each step, and the first min(T, S) of them draw their students by
+PFSP without replacement (teacher k draws from the students not drawn by the k - 1 before it, the PFSP probabilities
+renormalised over those, epsilon floor included); the rest draw as ``independent`` does. The generator is the one
+the league's state saves, so a resumed run matches exactly as the uninterrupted one.
+:func:`idle_student_share` is the share of a step's students that no teacher drew.
+
 Single-agent mode: a member with role 'both' plays teacher and student; a member matched with itself
 keeps its rating (a game against oneself carries no rating information) but its win rates are counted.
 """
@@ -35,6 +44,7 @@ import trueskill
 
 Role = Literal["teacher", "student", "both"]
 ROLES: tuple[str, ...] = ("teacher", "student", "both")
+MATCHINGS: tuple[str, ...] = ("independent", "cover_students")
 STATE_VERSION = 1
 
 
@@ -90,6 +100,7 @@ class League:
         conservative_k: float = 3.0,
         empirical_prior_games: float | None = None,
         unsolved_is_teacher_win: bool = True,
+        matching: Literal["independent", "cover_students"] = "independent",
     ) -> None:
         checks = [
             (math.isfinite(mu), f"mu must be finite, got {mu!r}"),
@@ -105,6 +116,7 @@ class League:
             (conservative_k >= 0, f"conservative_k must be >= 0, got {conservative_k!r}"),
             (empirical_prior_games is None or empirical_prior_games > 0,
              f"empirical_prior_games must be None or > 0, got {empirical_prior_games!r}"),
+            (matching in MATCHINGS, f"matching must be one of {MATCHINGS}, got {matching!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -115,7 +127,7 @@ class League:
             "pfsp_weighting": pfsp_weighting, "pfsp_exponent": float(pfsp_exponent), "epsilon": float(epsilon),
             "winrate_decay": float(winrate_decay), "seed": int(seed), "conservative_k": float(conservative_k),
             "empirical_prior_games": None if empirical_prior_games is None else float(empirical_prior_games),
-            "unsolved_is_teacher_win": bool(unsolved_is_teacher_win),
+            "unsolved_is_teacher_win": bool(unsolved_is_teacher_win), "matching": matching,
         }
         self.env = trueskill.TrueSkill(mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability)
         self._members: dict[str, Member] = {}
@@ -245,9 +257,11 @@ class League:
         return {s: (1 - eps) * p + eps / n for s, p in zip(students, shares)}
 
     def match(self, teachers: Sequence[str], students: Sequence[str]) -> dict[str, str]:
-        """Pair every teacher with one student drawn by PFSP (students may serve several teachers).
+        """Pair every teacher with one student drawn by PFSP, as ``matching`` says (module docstring): students may
+        serve several teachers; with ``cover_students`` and T >= S every student serves at least one.
 
-        A member never plays itself unless it is the only candidate (single-agent mode).
+        A member never plays itself unless it is the only candidate (single-agent mode). Returns {teacher: student}
+        in the order of ``teachers``.
         """
         if not teachers or not students:
             raise ValueError(f"match needs at least one teacher and one student, got {list(teachers)} and {list(students)}")
@@ -257,14 +271,22 @@ class League:
         for s in students:
             if self._member(s).role not in ("student", "both"):
                 raise ValueError(f"{s!r} is a {self._member(s).role}, not a student")
-        pairs = {}
-        for t in teachers:
-            candidates = [s for s in students if s != t] or [t]
-            probs = self.pfsp_probabilities(t, candidates)
-            pairs[t] = self._draw(probs)
-        return pairs
+        if self.config["matching"] == "independent":
+            return {t: self._draw(self.pfsp_probabilities(t, [s for s in students if s != t] or [t])) for t in teachers}
+        order = list(teachers)
+        self._rng.shuffle(order)
+        pairs: dict[str, str] = {}
+        free = list(students)  # not drawn yet, in the order given
+        for k, t in enumerate(order):
+            others = [s for s in students if s != t] or [t]
+            candidates = [s for s in free if s != t] if k < min(len(teachers), len(students)) else []
+            pairs[t] = self._draw(self.pfsp_probabilities(t, candidates or others))
+            if pairs[t] in free:
+                free.remove(pairs[t])
+        return {t: pairs[t] for t in teachers}
 
     def _draw(self, probs: dict[str, float]) -> str:
+        """One key of ``probs`` drawn with probability proportional to its value (one number from the generator)."""
         u = self._rng.random() * sum(probs.values())
         acc = 0.0
         for key, p in probs.items():
@@ -353,3 +375,12 @@ class League:
         league = cls(**state["config"])
         league.load_state_dict(state)
         return league
+
+
+def idle_student_share(pairs: Iterable[tuple[str, str]], students: Sequence[str]) -> float:
+    """The share of ``students`` that no (teacher, student) pair of a step drew: 1 - |drawn & students| / |students|
+    (0.0 for no students)."""
+    if not students:
+        return 0.0
+    drawn = {student for _, student in pairs}
+    return 1.0 - len(drawn & set(students)) / len(students)

@@ -174,8 +174,13 @@ class ReplacementPolicy:
 
     # ------------------------------------------------------------------------------------------ schedule
 
-    def due(self, step: int) -> bool:
-        """True every ``period`` steps (never at step 0, never when disabled)."""
+    def due(self, step: int, last_step: int | None = None) -> bool:
+        """True every ``period`` steps: never at step 0, never when disabled, and never at the run's last step
+        ``last_step`` (a child made there would never train, yet it would be in the final population and could be
+        the export's pick). A run resumed to a later last step evolves at its next step that is a multiple of
+        ``period`` and not its last. ``last_step`` None: no planned end (every multiple of ``period``)."""
+        if last_step is not None and step >= last_step:
+            return False
         return self.config["enabled"] and step > 0 and step % self.config["period"] == 0
 
     def parents_of(self, member_id: str) -> list[str]:

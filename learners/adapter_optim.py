@@ -1,7 +1,10 @@
 """One AdamW per adapter slot: its own learning rate, its own moments, its own gradient-norm clip.
 
 A step only touches the slots that were in the batch (an absent slot's moments must not keep moving it),
-and evolution can reset one slot's state when it replaces that slot's weights.
+and evolution can reset one slot's state when it replaces that slot's weights. Each step measures, per slot, the
+norm of the change it made to the slot's parameters, ||theta_after - theta_before||_2 over all its tensors
+(``last_update_norms``): how far the update moved the adapter, which the pre-clip gradient norm does not say (Adam
+rescales every coordinate).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class AdapterOptimizers:
         self._kwargs = dict(weight_decay=weight_decay, betas=betas, eps=eps)
         self._lrs = [lr] * model.num_slots
         self.optimizers = [self._new(slot) for slot in range(model.num_slots)]
+        self.last_update_norms: dict[int, float] = {}  # slot -> ||theta_after - theta_before|| of the last step call
 
     def _new(self, slot: int) -> torch.optim.AdamW:
         params = self.model.slot_parameters(slot)
@@ -80,13 +84,19 @@ class AdapterOptimizers:
         self.optimizers[slot] = self._new(slot)
 
     def step(self, slots: Iterable[int]) -> dict[int, float]:
-        """Clip and step each slot in ``slots``, then clear their gradients. Returns each slot's pre-clip grad norm.
+        """Clip and step each slot in ``slots``, then clear their gradients. Returns each slot's pre-clip grad norm;
+        ``last_update_norms`` holds each stepped slot's ||theta_after - theta_before||_2 (over every tensor of the
+        slot, weight decay included; 0 for a slot not stepped).
 
-        A slot whose gradient is not finite is not stepped (its gradient is dropped) and reports inf/nan.
+        A slot whose gradient is not finite is not stepped (its gradient is dropped) and reports inf/nan. The update
+        norm needs the slot's parameters before its step: one slot's copy at a time, on their device, freed before
+        the next slot (the peak grows by one adapter's parameters, the size of its gradient).
         """
         norms: dict[int, float] = {}
+        self.last_update_norms = {}
         for slot in sorted(set(slots)):
-            params = [p for p in self.model.slot_parameters(slot) if p.grad is not None]
+            every = self.model.slot_parameters(slot)
+            params = [p for p in every if p.grad is not None]
             if not params:
                 continue
             if self.grad_clip is not None:
@@ -94,8 +104,14 @@ class AdapterOptimizers:
             else:
                 norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params])))
             norms[slot] = norm
+            self.last_update_norms[slot] = 0.0
             if math.isfinite(norm):
+                before = [p.detach().clone() for p in every]
                 self.optimizers[slot].step()
+                with torch.no_grad():
+                    torch._foreach_sub_(before, [p.detach() for p in every])  # theta_before - theta_after, in place
+                    self.last_update_norms[slot] = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(before))))
+                del before
             self.optimizers[slot].zero_grad(set_to_none=True)
         return norms
 

@@ -38,6 +38,7 @@ class Sample:
     group: Hashable = ""
     behaviour_logprobs: Sequence[float] | None = None
     fixed_advantage: float | None = None
+    kl_readout: bool = False  # in the step's KL-to-base readout (``policy_learner.kl_to_base_sums``)
 
     def __post_init__(self) -> None:
         if self.slot < 0:

@@ -110,6 +110,14 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(-1)
 
 
+def token_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
+    """KL(P || Q) = sum_v p_v (log p_v - log q_v), p = softmax(logits_p), q = softmax(logits_q), per position, summed
+    over the whole vocabulary (exact, not a sampled estimator), in float32; logits [..., V]."""
+    log_p = torch.log_softmax(logits_p.float(), dim=-1)
+    log_q = torch.log_softmax(logits_q.float(), dim=-1)
+    return torch.nn.functional.kl_div(log_q, log_p, log_target=True, reduction="none").sum(-1)
+
+
 ADVANTAGE_WEIGHTINGS = ("token", "sequence")
 
 

@@ -27,7 +27,7 @@ from learners.data_parallel import (
 )
 from learners.multi_lora import NO_ADAPTER, MultiLoRAModel
 from learners.peft_io import load_adapter, save_adapter
-from learners.pg_loss import PGConfig, policy_gradient_loss, token_entropy, token_logprobs
+from learners.pg_loss import PGConfig, policy_gradient_loss, token_entropy, token_kl, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -152,6 +152,40 @@ def head_logprobs(
     return logprobs, outs[0][1] if len(outs) == 1 else torch.cat([o[1] for o in outs])
 
 
+def head_kl(head: nn.Module, hidden_p: torch.Tensor, hidden_q: torch.Tensor, temperature: float = 1.0,
+            chunk_tokens: int = 0) -> torch.Tensor:
+    """Per row n: KL(P_n || Q_n) = sum_v p_v (log p_v - log q_v) with P_n = softmax(head(hidden_p[n]) / T) and Q_n the
+    same of ``hidden_q`` (``learners.pg_loss.token_kl``, the whole vocabulary), in float32.
+
+    Rows go through the head in chunks of a quarter of ``chunk_tokens`` (0 = all at once): a chunk holds four
+    vocabulary-wide float32 buffers (both logits, both log-softmaxes), so at most one ``chunk_tokens`` x V buffer's worth
+    is alive, as in the training pass (:func:`head_logprobs`). Call it without grad."""
+    rows = hidden_p.shape[0]
+    step = rows if chunk_tokens <= 0 else max(1, chunk_tokens // 4)
+    parts = []
+    for start in range(0, rows, step):
+        z_p, z_q = head(hidden_p[start:start + step]).float(), head(hidden_q[start:start + step]).float()
+        if temperature != 1.0:
+            z_p, z_q = z_p / temperature, z_q / temperature
+        parts.append(token_kl(z_p, z_q))
+    return torch.cat(parts) if parts else hidden_p.new_zeros(0, dtype=torch.float32)
+
+
+def loss_hidden(model: MultiLoRAModel, batch: TokenBatch, adapter_off: bool = False) -> torch.Tensor:
+    """The last hidden states at the batch's loss positions [N, H] (the rows the LM head turns into the completion
+    tokens' distributions), each row through its sample's adapter, or with ``adapter_off`` through none (the frozen
+    base: the KL reference, the same forward pass with the adapter switched off)."""
+    index = torch.full_like(batch.adapter_index, NO_ADAPTER) if adapter_off else batch.adapter_index
+    model.set_adapter_index(index)
+    hidden = model.model.base_model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+    ).last_hidden_state
+    return hidden[batch.loss_mask]
+
+
 def forward_loss_tokens(
     model: MultiLoRAModel,
     batch: TokenBatch,
@@ -169,21 +203,44 @@ def forward_loss_tokens(
     Decoder layers are checkpointed when ``model.set_activation_checkpointing(True)`` was called and grad is on.
     Supports causal LMs that expose ``base_model`` and ``get_output_embeddings()`` (Qwen2, Llama).
     """
-    hf = model.model
-    index = torch.full_like(batch.adapter_index, NO_ADAPTER) if adapter_off else batch.adapter_index
-    model.set_adapter_index(index)
-    hidden = hf.base_model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,
-    ).last_hidden_state
+    hidden = loss_hidden(model, batch, adapter_off)
     logprobs, ent = head_logprobs(
-        hf.get_output_embeddings(), hidden[batch.loss_mask], batch.targets[batch.loss_mask], temperature, entropy, logit_chunk_tokens,
-        entropy_grad,
+        model.model.get_output_embeddings(), hidden, batch.targets[batch.loss_mask], temperature, entropy,
+        logit_chunk_tokens, entropy_grad,
     )
     behaviour = batch.behaviour[batch.loss_mask] if batch.behaviour is not None else None
     return LossTokens(logprobs, ent, batch.token_sample[batch.loss_mask], behaviour)
+
+
+def kl_to_base_sums(model: MultiLoRAModel, samples: Sequence[Sample], pad_token_id: int, config: UpdateConfig
+                    ) -> dict[int, dict[str, float]]:
+    """The KL readout of the samples marked ``kl_readout``: per slot, ``kl_to_base`` = sum_t KL(pi_a(. | x, y<t) ||
+    pi_base(. | x, y<t)) over their completion tokens t and ``kl_to_base_tokens``, the number of those tokens.
+
+    pi_a is the adapter's policy at the rollouts' temperature (``config.temperature``, the distribution the samples
+    were drawn from), pi_base the same forward pass with the adapter switched off, and KL_t the exact sum over the
+    vocabulary (:func:`head_kl`, in chunks of ``config.logit_chunk_tokens``). By the chain rule, sum_t KL_t averaged
+    over sequences y ~ pi_a is KL(pi_a || pi_base) of whole completions; the mean per token is
+    ``kl_to_base / kl_to_base_tokens``. No grad; the adapters' index is cleared afterwards."""
+    marked = [s for s in samples if s.kl_readout]
+    out: dict[int, dict[str, float]] = {}
+    if not marked:
+        return out
+    head, device = model.model.get_output_embeddings(), next(iter(model.lora_layers.values())).lora_A[0].device
+    sample_slots = torch.tensor([s.slot for s in marked], device=device)
+    with torch.no_grad():
+        for batch in micro_batches(marked, pad_token_id, config.micro_batch_tokens, config.batching):
+            batch = batch.to(device)
+            on, off = loss_hidden(model, batch), loss_hidden(model, batch, adapter_off=True)
+            kl = head_kl(head, on, off, config.temperature, config.logit_chunk_tokens)
+            slots = sample_slots[batch.token_sample[batch.loss_mask]]  # each loss token's adapter slot
+            for slot in slots.unique().tolist():
+                mine = slots == slot
+                entry = out.setdefault(slot, {"kl_to_base": 0.0, "kl_to_base_tokens": 0.0})
+                entry["kl_to_base"] += float(kl[mine].double().sum())
+                entry["kl_to_base_tokens"] += float(mine.sum())
+    model.set_adapter_index(None)
+    return out
 
 
 class PolicyLearner:
@@ -225,7 +282,7 @@ class PolicyLearner:
         stats: dict[int, dict[str, float]] = {}
         for _ in range(self.update_config.epochs):
             sums = share.backward_epoch()
-            stats = epoch_stats(sums, self.optimizers.step(sums.keys()))
+            stats = epoch_stats(sums, self.optimizers.step(sums.keys()), self.optimizers.last_update_norms)
         return stats
 
     def share(self, samples: Sequence[Sample], advantages: torch.Tensor, slot_token_totals: dict[int, float]) -> "ShareStep":
@@ -259,7 +316,7 @@ class PolicyLearner:
             if p.grad is not None:
                 raise RuntimeError("apply_gradients found a gradient already set: a share's gradients were not exported")
         import_slot_gradients(self.model, summed.grads)
-        return epoch_stats(summed.sums, self.optimizers.step(summed.grads.keys()))
+        return epoch_stats(summed.sums, self.optimizers.step(summed.grads.keys()), self.optimizers.last_update_norms)
 
     def replace_adapter(self, slot: int, factors: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Evolution: overwrite one slot's weights in place and reset its optimizer state."""
@@ -282,16 +339,23 @@ _TOKEN_MEANS = ("pg_loss", "kl", "entropy", "clip_fraction", "ratio", "advantage
 _IS_MEANS = ("is_weight", "is_truncated", "behaviour_kl")
 
 
-def epoch_stats(sums: dict[int, dict[str, float]], norms: dict[int, float]) -> dict[int, dict[str, float]]:
+def epoch_stats(sums: dict[int, dict[str, float]], norms: dict[int, float],
+                update_norms: dict[int, float] | None = None) -> dict[int, dict[str, float]]:
     """Per-slot statistics from an epoch's additive sums: ``loss`` (sum of l_t / N_a), the token means
     sum(x_t) / tokens of ``_TOKEN_MEANS``, ``grad_norm`` (pre-clip, 0 when the slot was not stepped),
-    ``tokens``, ``samples`` and ``reward_mean`` = sum(r_i) / samples."""
+    ``update_norm`` (||theta_after - theta_before|| of the epoch's optimizer step, ``AdapterOptimizers.step``),
+    ``tokens``, ``samples`` and ``reward_mean`` = sum(r_i) / samples; where the step took the KL readout
+    (:func:`kl_to_base_sums`), ``kl_to_base`` = sum_t KL_t / ``kl_to_base_tokens``."""
+    update_norms = update_norms or {}
     return {
         slot: {
             "loss": s["loss"],
             **{k: s[k] / s["tokens"] for k in _TOKEN_MEANS},
             **{k: s[k] / s["tokens"] for k in _IS_MEANS if k in s},
+            **({"kl_to_base": s["kl_to_base"] / s["kl_to_base_tokens"], "kl_to_base_tokens": s["kl_to_base_tokens"]}
+               if s.get("kl_to_base_tokens") else {}),
             "grad_norm": norms.get(slot, 0.0),
+            "update_norm": update_norms.get(slot, 0.0),
             "tokens": s["tokens"],
             "samples": s["samples"],
             "reward_mean": s["reward"] / s["samples"],
@@ -333,6 +397,8 @@ class ShareStep:
         )
         self.old: list[torch.Tensor | None] = [None] * len(self.batches)
         self.ref: list[torch.Tensor | None] = [None] * len(self.batches)
+        # before any update: the policy that drew the samples, against the base
+        self.kl_readout = kl_to_base_sums(model, self.samples, learner.pad_token_id, cfg)
         need_ref = learner.loss_config.kl_coef > 0
         if cfg.epochs > 1 or need_ref:
             with torch.no_grad():
@@ -386,6 +452,9 @@ class ShareStep:
         for s in self.samples:
             sums[s.slot]["samples"] += 1.0
             sums[s.slot]["reward"] += s.reward
+        for slot, readout in self.kl_readout.items():  # additive, so shares of a data-parallel step sum them
+            for key, value in readout.items():
+                sums[slot][key] += value
         return {slot: dict(s) for slot, s in sums.items()}
 
     def gradients(self, device: torch.device | str = "cpu") -> SlotGradients:

@@ -287,7 +287,7 @@ def measure_league(config, repeats: int) -> float:
     from evolution.league import League
 
     lg = config.league
-    league = League(mu=lg.mu, sigma=lg.sigma, beta=lg.beta, tau=lg.tau, seed=0)
+    league = League(mu=lg.mu, sigma=lg.sigma, beta=lg.beta, tau=lg.tau, matching=lg.matching, seed=0)
     teachers = [f"t{i}" for i in range(config.population.teachers)]
     students = [f"s{i}" for i in range(config.population.students)]
     for t in teachers:

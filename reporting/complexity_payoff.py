@@ -19,6 +19,9 @@ For one run (one seed) and a window of steps:
   advantage is a function of the group's rewards alone, so its slope on lines of code is ~0 unless the reward
   itself depends on length; ``reward_per_line``, the OLS slope of the raw reward on lines of code, says whether it
   does (before any group baseline);
+- **the students' solve rate by program size**: per bin of lines of code and of AST depth, per family and pooled,
+  the mean rho of the valid tasks and their count (``reporting.structural_difficulty``): whether bigger programs are
+  harder for the students, the precondition of a reward that pays for them;
 - **pair shares**: where the teacher's advantage comes from. Within a group (step, member, family) with weights
   w_i (tokens or 1, ``rl.advantage_weighting``), W = sum w, the centred advantage is a sum over pairs:
 
@@ -44,11 +47,10 @@ import numpy as np
 
 from learners.pg_loss import group_normalised_advantages
 from reporting.report_trends import fit_line, t_quantile_975
+from reporting.structural_difficulty import BINS, LOC_BINS, bin_label, labels, solve_by_bin
 
 Records = list[dict[str, Any]]
 
-LOC_BINS = ((1, 2), (3, 4), (5, 6), (7, 10_000))
-"""Lines-of-code bins of valid programs (inclusive)."""
 PAIR_CLASSES = ("invalid_vs_valid", "unsolved_vs_solved", "solved_vs_solved", "same_class")
 
 
@@ -126,8 +128,7 @@ def pair_shares(records: Records, weighting: str = "token", whiten: bool = True)
 def loc_bin(record: dict[str, Any]) -> str:
     if not record["valid"]:
         return "invalid"
-    loc = record.get("loc") or 0
-    return next((f"{lo}-{hi}" if hi < 10_000 else f"{lo}+" for lo, hi in LOC_BINS if lo <= loc <= hi), "0")
+    return bin_label(record.get("loc") or 0, LOC_BINS) or "0"
 
 
 def by_bin(records: Records) -> dict[str, dict[str, float]]:
@@ -168,6 +169,14 @@ def payoff_slopes(records: Records) -> dict[str, float | None]:
     return out
 
 
+def students_solve_by_bin(records: Records) -> dict[str, Any]:
+    """The students' solve rate (mean rho) and count of valid tasks per bin of the task's program, by lines of code
+    and by AST depth, per family and pooled (``reporting.structural_difficulty.solve_by_bin``); a code_f task's
+    program is the buffer program the student must infer, so every valid task counts."""
+    valid = [r for r in records if r["valid"] and r.get("rho") is not None and r.get("loc") is not None]
+    return {"loc": solve_by_bin(valid, "loc"), "ast_depth": solve_by_bin(valid, "ast_depth")}
+
+
 def windows_of(steps: int, count: int = 4) -> list[tuple[int, int]]:
     """``count`` windows of consecutive steps (inclusive) covering 1..steps."""
     edges = [round(i * steps / count) for i in range(count + 1)]
@@ -196,6 +205,7 @@ def payoff_summary(runs: Sequence[Records], steps: int, weighting: str = "token"
         shares = [pair_shares(recs, weighting, whiten) for recs in per_seed]
         bins = [by_bin(recs) for recs in per_seed]
         names = sorted({b for seed in bins for b in seed})
+        solve = [students_solve_by_bin(recs) for recs in per_seed]
         out.append({
             "steps": [lo, hi],
             **{k: seed_mean_ci([s[k] for s in slopes]) for k in SLOPES},
@@ -204,5 +214,12 @@ def payoff_summary(runs: Sequence[Records], steps: int, weighting: str = "token"
                          **{k: seed_mean_ci([seed[b].get(k) if b in seed else None for seed in bins])["mean"]
                             for k in ("reward", "advantage", "advantage_sequence")}}
                      for b in names},
+            "solve_by_bin": {metric: {family: {b: {"n": int(sum(seed[metric].get(family, {}).get(b, {}).get("n", 0)
+                                                                  for seed in solve)),
+                                                   "solve": seed_mean_ci([seed[metric].get(family, {}).get(b, {}).get("solve")
+                                                                          for seed in solve])["mean"]}
+                                               for b in labels(BINS[metric])}
+                                      for family in sorted({f for seed in solve for f in seed[metric]})}
+                             for metric in BINS},
         })
     return {"windows": out, "weighting": weighting, "whiten": whiten}

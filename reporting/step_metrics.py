@@ -10,7 +10,9 @@ step's prompts, ``buffer_programs`` of them: references and code_f probes, a uni
 and ``buffer_seed_share`` (the fraction of those that are seed tasks, not proposed in the run),
 ``coverage`` (distinct AST node-type n-grams seen so far in written programs), ``distinct_structures``,
 ``new_structures``, ``rho_histogram`` (all valid tasks) and ``rho_by_teacher`` (per teacher),
-``matches``, ``per_family``, ``phase_seconds``, ``evolution``, ``train`` (per-member learner stats);
+``matches``, ``per_family``, ``phase_seconds``, ``evolution``, ``train`` (per-member learner stats), and of those
+stats the readouts of how far each adapter moved as flat scalars for the trackers (``TRAIN_SCALARS``:
+``update_norm/<member>`` every update, ``kl_to_base/<member>`` where the step took the KL readout);
 ``prompt_style``, ``prompt_budget``, ``prompt_tokens_max``, ``references_dropped``, ``dropped_requests``
 (per role) and ``dropped_reasons`` (requests the engine rejected because they did not fit the context);
 ``examples`` (a few raw proposals and answers) is moved by the driver to ``samples.jsonl``.
@@ -28,6 +30,14 @@ RHO_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)
 COMPLEXITY_KEYS = ("ast_depth", "cyclomatic", "loc", "variables")
 WRITTEN_FAMILIES = ("code_o", "code_i")
 """Families whose proposal carries a program the teacher wrote (code_f probes a buffer program)."""
+TRAIN_SCALARS = ("kl_to_base", "update_norm")
+"""Per-member learner stats copied to top-level ``<stat>/<member>`` keys (the trackers log top-level scalars)."""
+
+
+def train_scalars(train_stats: dict[str, Any]) -> dict[str, float]:
+    """``{"<stat>/<member>": value}`` for each stat of :data:`TRAIN_SCALARS` a member's update reported."""
+    return {f"{key}/{member}": stats[key] for member, stats in sorted(train_stats.items()) for key in TRAIN_SCALARS
+            if key in stats}
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -147,6 +157,7 @@ def step_row(
         "phase_seconds": phase_seconds,
         "evolution": events,
         "train": train_stats,
+        **train_scalars(train_stats),
         "examples": examples(proposals, validations, solves, judgements),
         **(prompts or {}),
     }

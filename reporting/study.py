@@ -24,8 +24,9 @@ them as independent points. Per arm (population, single agent) and metric, over 
 - **diagnostics** of what may bias the loop: the share of valid tasks never solved (rho = 0: a teacher
   "win" that is only validity), the share of buffer draws that are still seed tasks, coverage per written
   program, the lineages left after evolution, the proposer's share of the single agent's tokens (its proposer
-  gradient's scale against a population teacher's), and the members' mean token entropy
-  (``train.<member>.entropy``).
+  gradient's scale against a population teacher's), and per role the members' mean of three readouts of their
+  updates (``train.<member>.<stat>``, :data:`MEMBER_STATS`): the mean token entropy, the KL to the base on their
+  own samples (every ``rl.kl_readout_every`` steps) and the norm of the parameter update.
 
 **Verdicts** (``holds``, ``fails``, ``inconclusive``) follow one rule each way: a claim holds when its 95 %
 interval lies wholly on the claimed side of 0, fails when it lies wholly on the other side, and is inconclusive
@@ -63,8 +64,10 @@ Rows = list[dict[str, Any]]
 COMPLEXITY = ("program_ast_depth", "program_cyclomatic", "program_loc", "program_variables")
 """The paper's four complexity metrics, of the programs the teachers wrote."""
 BUFFER_COMPLEXITY = tuple(f"buffer_{k}" for k in COMPLEXITY)
+MEMBER_STATS = ("entropy", "kl_to_base", "update_norm")
+"""Learner statistics of each member (``train.<member>.<stat>``) averaged per role into ``<role>_<stat>``."""
 RATES = ("valid_rate", "solve_rate", "teacher_reward", "student_reward", "buffer_seed_share", "unsolved_share",
-         "teacher_entropy", "student_entropy")
+         *(f"{role}_{stat}" for stat in MEMBER_STATS for role in ("teacher", "student")))
 TRENDED = COMPLEXITY + BUFFER_COMPLEXITY + RATES
 PER = 100.0
 """Slopes are reported per this many steps."""
@@ -77,22 +80,24 @@ def unsolved_share(row: dict[str, Any]) -> float | None:
     return hist[0] / total if total else None
 
 
-def member_entropy(row: dict[str, Any], role: str) -> float | None:
-    """The mean over ``role``'s members of their mean token entropy in this step's update (``train.<id>.entropy``,
-    logged with ``rl.log_entropy``); None when no such member logged one. The single agent's one member counts
-    under both roles (its entropy spans its proposals and its answers)."""
+def member_mean(row: dict[str, Any], role: str, stat: str) -> float | None:
+    """The mean over ``role``'s members of a statistic of their update in this step (``train.<id>.<stat>``: the
+    mean token entropy logged with ``rl.log_entropy``, the KL to the base on the steps of its readout, the update's
+    norm); None when no such member reported it (an entropy of 0 counts as not logged). The single agent's one
+    member counts under both roles (its statistics span its proposals and its answers)."""
     roles = {m["id"]: m.get("role") for m in row.get("members") or []}
-    values = [stats["entropy"] for member, stats in (row.get("train") or {}).items()
-              if stats.get("entropy") and (roles.get(member) == role or len(roles) == 1)]
+    values = [stats[stat] for member, stats in (row.get("train") or {}).items()
+              if stat in stats and (stat != "entropy" or stats[stat]) and (roles.get(member) == role or len(roles) == 1)]
     return fmean(values) if values else None
 
 
 def with_derived(rows: Rows) -> Rows:
-    """``rows`` with ``unsolved_share``, ``teacher_entropy`` and ``student_entropy`` added where they are defined."""
+    """``rows`` with ``unsolved_share`` and ``<role>_<stat>`` for each of :data:`MEMBER_STATS` added where defined."""
     out = []
     for row in rows:
-        derived = {"unsolved_share": unsolved_share(row), "teacher_entropy": member_entropy(row, "teacher"),
-                   "student_entropy": member_entropy(row, "student")}
+        derived = {"unsolved_share": unsolved_share(row),
+                   **{f"{role}_{stat}": member_mean(row, role, stat) for stat in MEMBER_STATS
+                      for role in ("teacher", "student")}}
         out.append({**row, **{k: v for k, v in derived.items() if v is not None}})
     return out
 

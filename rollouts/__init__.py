@@ -34,6 +34,7 @@ from rollouts.samples import (
     advantage_group,
     behaviour_problem,
     learner_samples,
+    mark_kl_readout,
     split_by_behaviour,
     student_samples,
     teacher_samples,
@@ -43,7 +44,7 @@ from rollouts.step_prompts import StepPrompts, load_tokenizer
 __all__ = [
     "LOGPROB_SLACK", "DroppedRequest", "ProposalJob", "Sample", "SolveJob", "StepPrompts", "advantage_group",
     "behaviour_problem", "bounded_validations", "drop_rejected_proposals", "drop_rejected_solves", "judge_items",
-    "learner_samples", "load_tokenizer", "parsed_proposals", "prompt_metrics", "proposal_jobs", "reference_counts",
+    "learner_samples", "load_tokenizer", "mark_kl_readout", "parsed_proposals", "prompt_metrics", "proposal_jobs", "reference_counts",
     "role_tokens", "solve_jobs", "solve_rates", "split_by_behaviour", "student_prompt_of", "student_samples",
     "teacher_families", "teacher_samples", "truncated",
 ]

@@ -9,6 +9,8 @@
 - :func:`learner_samples`: a learner's samples as ``learners.batching.Sample`` (slot, advantage group, and with the
   importance correction the behaviour log-probs), with what was dropped and how far behind the generating adapters
   were.
+- :func:`mark_kl_readout`: the few samples per member and role whose KL to the base the learners measure this step
+  (``rl.kl_readout_every``, ``rl.kl_readout_samples``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Sample:
     adapter_version: int | None = None
     task: int | None = None  # students: the index of the proposal this rollout answers, within its step
     fixed_advantage: float | None = None  # a supervised target (rollouts.hindsight), not a sampled completion
+    kl_readout: bool = False  # one of the step's KL-to-base readout samples (:func:`mark_kl_readout`)
 
 
 def advantage_group(sample: Sample, baseline: str) -> tuple:
@@ -107,9 +110,31 @@ def learner_samples(
             extra[member] = {"dropped_behaviour": float(dropped.get(member, 0)),
                              "behind": sum(gaps) / len(gaps) if gaps else 0.0}
     batch = [LearnerSample(slots[s.member], s.prompt_ids, s.completion_ids, s.reward, advantage_group(s, baseline),
-                           behaviour_logprobs=s.logprobs if tis else None, fixed_advantage=s.fixed_advantage)
+                           behaviour_logprobs=s.logprobs if tis else None, fixed_advantage=s.fixed_advantage,
+                           kl_readout=s.kl_readout)
              for s in kept]
     return batch, extra
+
+
+def mark_kl_readout(samples: Sequence[Sample], step: int, every: int, per_member: int) -> int:
+    """On every ``every``-th step (none when ``every`` is 0), mark ``per_member`` of each (member, role)'s sampled
+    completions for the KL-to-base readout: of its m samples in step order, those at indices floor(i m / n),
+    i = 0..n-1 (n = min(per_member, m): spread over its tasks, not the first task's rollouts). Supervised targets
+    (``fixed_advantage``) and empty completions are not the policy's samples and are never marked. Sets
+    ``Sample.kl_readout`` in place; returns how many were marked."""
+    if every <= 0 or step % every:
+        return 0
+    groups: dict[tuple[str, str], list[Sample]] = {}
+    for sample in samples:
+        if sample.fixed_advantage is None and sample.completion_ids:
+            groups.setdefault((sample.member, sample.role), []).append(sample)
+    marked = 0
+    for group in groups.values():
+        n = min(per_member, len(group))
+        for i in range(n):
+            group[i * len(group) // n].kl_readout = True
+        marked += n
+    return marked
 
 
 def teacher_samples(jobs: Sequence[ProposalJob], rho: Sequence[float | None], rewards: RewardsConfig,

@@ -32,7 +32,9 @@ against its absence; Welch, and paired by seed where both summaries name their s
 ``reporting.complexity_payoff`` reads each run's ``proposals.jsonl``: per window of steps the mean reward and
 advantage by lines-of-code bin, the slope of the advantage on lines of code as trained with and with sequence weights
 (token weights bias it negative by arithmetic) beside the raw reward's, and the share of the teacher's advantage
-from invalid-vs-valid, unsolved-vs-solved and solved-vs-solved pairs. The figure ``DIR/dynamics.png`` draws complexity and solve rate over training for both arms
+from invalid-vs-valid, unsolved-vs-solved and solved-vs-solved pairs, and the students' solve rate by lines of code
+and by AST depth (``reporting.structural_difficulty``); per role the members' KL to the base and update norm are
+trended as the entropy is. The figure ``DIR/dynamics.png`` draws complexity and solve rate over training for both arms
 with seed bands. Last line: one JSON object with every slope, CI and claim verdict.
 
 Each run starts its own Ray cluster (``RAY_ADDRESS=local``) unless ``--ray-address`` names one, so a ``ray start``
@@ -425,6 +427,16 @@ def main() -> None:
                 f"{plus_minus(window['advantage_per_line_sequence'], 3)} with sequence weights "
                 f"({'whitened' if payoff_of['whiten'] else 'centred'}); reward per line "
                 f"{plus_minus(window['reward_per_line'], 3)}; reward by lines of code: {rewards}; pair shares: {shares}")
+            for metric, name in (("loc", "lines of code"), ("ast_depth", "AST depth")):  # is bigger harder?
+                pooled = window["solve_by_bin"][metric].get("pooled", {})
+                log(f"{arm} steps {window['steps'][0]}-{window['steps'][1]}: students' solve rate by {name}: " + ", ".join(
+                    f"{b} {v['solve']:.2f} (n {v['n']})" for b, v in pooled.items() if v["solve"] is not None))
+    for arm in ARMS:  # how far the adapters moved: KL to the base on their own samples, the update's norm
+        m = summary[arm]["metrics"]
+        log(f"{arm} readouts, first -> last, slope per 100 steps: " + "; ".join(
+            f"{key.replace('_', ' ')} {m[key]['first']} -> {m[key]['last']} ({plus_minus(m[key], 4)})"
+            for key in ("teacher_kl_to_base", "student_kl_to_base", "teacher_update_norm", "student_update_norm")
+            if m.get(key, {}).get("slope") is not None))
     for arm in ARMS:  # was the study in the paper's regime, quarter by quarter?
         reg = summary["regime"][arm]
         log(f"{arm} regime (unsolved share <= {reg.get('max_unsolved')}, solved-vs-solved share >= "

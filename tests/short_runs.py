@@ -53,9 +53,11 @@ class Launched:
     stderr: str
 
 
-SHORT_RUN = [*SHORT, "verifier.actors=2", "run.dashboard=true", "rl.teacher_learning_rate=3e-4"]
-"""The shared short run (conftest ``short_run``): ``SHORT`` with a pool of two verifiers, the dashboard a user gets
-and teachers at their own learning rate."""
+SHORT_RUN = [*SHORT, "verifier.actors=2", "run.dashboard=true", "rl.teacher_learning_rate=3e-4", "evolution.period=1",
+             "rl.kl_readout_every=2"]
+"""The shared short run (conftest ``short_run``): ``SHORT`` with a pool of two verifiers, the dashboard a user gets,
+teachers at their own learning rate, evolution due every step, which never evolves at a run's last step (the 2-step
+run evolves at step 1 only, and resumed to step 3 at step 2), and the KL readout at step 2."""
 
 
 def launched(run_dir: Path, *args: str) -> Launched:

@@ -31,7 +31,7 @@ def record(valid: bool, rho: float | None, reward: float, tokens: int, loc: int 
            family: str = "code_o", member: str = "t0", advantage: float = 0.0) -> dict:
     return {"step": step, "member": member, "family": family, "valid": valid, "rho": rho, "reward": reward,
             "completion_tokens": tokens, "written": valid and family != "code_f", "loc": loc if valid else None,
-            "advantage": advantage}
+            "ast_depth": 4 + loc if valid else None, "advantage": advantage}
 
 
 GROUP = [record(False, None, -1.0, 20), record(True, 0.0, 0.0, 40), record(True, 0.25, 0.75, 40), record(True, 0.5, 0.5, 20)]
@@ -68,6 +68,20 @@ def test_bins_slopes_and_windows():
     assert window["advantage_per_line"]["mean"] == pytest.approx(0.1) and window["advantage_per_line"]["ci"] == 0
     assert set(SLOPES) <= set(window) and window["reward_per_line"]["mean"] == 0  # every valid reward 0.5
     assert window["bins"]["invalid"]["reward"] == -1.0 and "advantage_sequence" in window["bins"]["3-4"]
+
+
+def test_the_students_solve_rate_by_program_size_per_window_is_the_seed_mean_per_bin():
+    """Two seeds: short programs solved 1.0 and 0.5 (seed mean 0.75), 7+ lines 0.0 and 0.5 (0.25); code_f tasks count
+    (their program is the buffer's the student must infer); invalid proposals do not."""
+    def seed(short_rho: float, long_rho: float) -> list[dict]:
+        return ([record(True, short_rho, 0.0, 10, loc=2, step=1), record(True, long_rho, 0.0, 10, loc=8, step=1),
+                 record(True, short_rho, 0.0, 10, loc=1, step=2, family="code_f"), record(False, None, -1.0, 10, step=2)])
+    window = payoff_summary([seed(1.0, 0.0), seed(0.5, 0.5)], steps=2, windows=1)["windows"][0]
+    loc = window["solve_by_bin"]["loc"]
+    assert loc["pooled"]["1-2"] == {"n": 4, "solve": 0.75} and loc["pooled"]["7+"] == {"n": 2, "solve": 0.25}
+    assert loc["pooled"]["3-4"] == {"n": 0, "solve": None} and loc["code_f"]["1-2"] == {"n": 2, "solve": 0.75}
+    depth = window["solve_by_bin"]["ast_depth"]["pooled"]  # depth 4 + loc: 6 (loc 2), 5 (loc 1), 8+ (loc 8)
+    assert depth["1-5"]["n"] == 2 and depth["6"] == {"n": 2, "solve": 0.75} and depth["8+"]["solve"] == 0.25
 
 
 def test_sequence_advantages_are_the_unweighted_group_baseline():

@@ -30,6 +30,16 @@ def test_due_every_period():
     assert not ReplacementPolicy(period=5, enabled=False).due(10)
 
 
+def test_never_due_at_the_last_step_and_a_longer_run_evolves_at_its_next_due_step():
+    """A child made at the run's last step would never train: a run of 15 steps evolves at 5 and 10, not 15; resumed
+    to step 22 it evolves at 20 (the next multiple of the period before its end), and to 25 at 20 only."""
+    policy = ReplacementPolicy(period=5)
+    assert [s for s in range(1, 16) if policy.due(s, last_step=15)] == [5, 10]
+    assert [s for s in range(16, 23) if policy.due(s, last_step=22)] == [20]
+    assert [s for s in range(16, 26) if policy.due(s, last_step=25)] == [20]
+    assert not policy.due(4, last_step=4) and policy.due(5, last_step=6)
+
+
 def test_victim_is_the_lowest_conservative_rating():
     league = League()
     league.add_member("sure", "teacher", mu=20.0, sigma=1.0)  # conservative 17

@@ -95,6 +95,74 @@ def test_match_is_seeded():
     assert first[0] == first[1]
 
 
+def test_independent_draws_leave_a_student_idle_as_the_product_of_misses():
+    """4 teachers drawing uniformly (epsilon 1) leave a given student out with probability (3/4)^4 = 0.316: the
+    expected idle share of the default matching, measured over 4,000 steps (sd of the mean ~0.004)."""
+    from evolution.league import idle_student_share
+
+    league = population(League(seed=2, epsilon=1.0))
+    teachers, students = league.members("teacher"), league.members("student")
+    shares = [idle_student_share(league.match(teachers, students).items(), students) for _ in range(4000)]
+    assert sum(shares) / len(shares) == pytest.approx(0.75**4, abs=0.015)
+
+
+def test_idle_student_share_counts_the_students_no_pair_drew():
+    from evolution.league import idle_student_share
+
+    assert idle_student_share([("t0", "s1"), ("t1", "s1"), ("t2", "s3")], ["s0", "s1", "s2", "s3"]) == 0.5
+    assert idle_student_share([("a0", "a0")], ["a0"]) == 0.0 and idle_student_share([], []) == 0.0
+
+
+@pytest.mark.parametrize("teachers, students", [(4, 4), (6, 4), (4, 3)])
+def test_cover_students_lets_every_student_play_when_teachers_are_at_least_students(teachers, students):
+    from evolution.league import idle_student_share
+
+    league = population(League(seed=3, matching="cover_students"), teachers, students)
+    for s in league.members("student"):  # uneven ratings: PFSP alone would favour the balanced students
+        league.shift_mu([s], 3.0 * int(s[1:]))
+    t_ids, s_ids = league.members("teacher"), league.members("student")
+    for _ in range(300):
+        pairs = league.match(t_ids, s_ids)
+        assert list(pairs) == t_ids and set(pairs.values()) == set(s_ids)
+        assert idle_student_share(pairs.items(), s_ids) == 0.0
+
+
+def test_cover_students_with_fewer_teachers_draws_distinct_students():
+    league = population(League(seed=6, matching="cover_students"), 2, 4)
+    for _ in range(300):
+        pairs = league.match(["t0", "t1"], ["s0", "s1", "s2", "s3"])
+        assert pairs["t0"] != pairs["t1"]
+
+
+def test_cover_students_draws_pfsp_weighted_without_replacement_in_a_shuffled_order():
+    """Two teachers, two students, PFSP probabilities p_t(s) (epsilon 0): the first teacher of the shuffled order
+    draws by its PFSP, the second gets the other student, so P(t0 plays s0) = 1/2 p_t0(s0) + 1/2 p_t1(s1)."""
+    league = League(seed=7, epsilon=0.0, matching="cover_students")
+    league.add_member("t0", "teacher", mu=25.0, sigma=1.0)
+    league.add_member("t1", "teacher", mu=19.0, sigma=1.0)
+    league.add_member("s0", "student", mu=25.0, sigma=1.0)
+    league.add_member("s1", "student", mu=33.0, sigma=1.0)
+    p0, p1 = league.pfsp_probabilities("t0", ["s0", "s1"]), league.pfsp_probabilities("t1", ["s0", "s1"])
+    assert abs(p0["s0"] - p1["s1"]) > 0.3  # the two teachers disagree: the order matters
+    n = 20_000
+    hits = sum(league.match(["t0", "t1"], ["s0", "s1"])["t0"] == "s0" for _ in range(n))
+    assert hits / n == pytest.approx(0.5 * p0["s0"] + 0.5 * p1["s1"], abs=0.012)  # sd ~0.0035
+
+
+def test_cover_students_is_seeded_and_resumes_exactly():
+    league = population(League(seed=8, matching="cover_students"), 4, 4)
+    teachers, students = league.members("teacher"), league.members("student")
+    league.match(teachers, students)
+    restored = League.from_state_dict(json.loads(json.dumps(league.state_dict())))
+    assert restored.config["matching"] == "cover_students"
+    assert [restored.match(teachers, students) for _ in range(20)] == [league.match(teachers, students) for _ in range(20)]
+    old = league.state_dict()
+    del old["config"]["matching"]  # a checkpoint written before the key existed keeps the independent draws
+    assert League.from_state_dict(old).config["matching"] == "independent"
+    with pytest.raises(ValueError, match="matching"):
+        League(matching="round_robin")
+
+
 def test_ratings_move_the_right_way():
     league = population(League(), 1, 1)
     league.record("t0", "s0", [(True, 0.0)] * 3)  # valid and unsolved: teacher wins

@@ -67,8 +67,8 @@ def make_learner(path, loss: PGConfig, update: UpdateConfig, grad_clip: float | 
 
 def draw_samples(vocab: int, seed: int, slots: list[int], n: int = 12) -> list[Sample]:
     """``random_samples`` (prompts of 2-8, completions of 1-11 tokens) with rewards in {-1, -0.5, 0, 0.5, 1} that
-    vary within each of two advantage groups."""
-    return [replace(s, reward=((7 * i + seed) % 5) / 2 - 1.0, group=("solve", i % 2))
+    vary within each of two advantage groups; every third in the KL readout (its sums add over the shares)."""
+    return [replace(s, reward=((7 * i + seed) % 5) / 2 - 1.0, group=("solve", i % 2), kl_readout=i % 3 == 0)
             for i, s in enumerate(random_samples(n, vocab, slots, seed))]
 
 

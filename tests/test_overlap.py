@@ -25,8 +25,9 @@ from reporting.run_dir import comparable_state as run_state
 from short_runs import SHORT
 
 OVERLAP = ["rl.importance_correction=tis", "run.max_staleness=1", "resources.inference_cpus=1", "resources.learner_cpus=1"]
-# 4 steps, checkpoints after 2 and 4, evolution at 4: boundaries 1->2 and 3->4 overlap, 2->3 drains.
-RUN = SHORT + OVERLAP + ["run.steps=4", "run.checkpoint_every=2", "evolution.period=4", "run.max_recoveries=2"]
+# 4 steps, checkpoints after 2 and 4, evolution at 2 (due at 4 too, but never at the last step): boundaries 1->2 and
+# 3->4 overlap, 2->3 drains.
+RUN = SHORT + OVERLAP + ["run.steps=4", "run.checkpoint_every=2", "evolution.period=2", "run.max_recoveries=2"]
 
 
 def test_the_pipeline_drains_after_checkpoint_evolution_and_last_steps():
@@ -91,7 +92,7 @@ def test_overlapped_run_resumes_and_recovers_exactly(ray_session, tmp_path):
         assert behind and set(behind.values()) <= {0.0, 1.0}
         assert (row["staleness"] == 1) == (1.0 in behind.values()), (row["step"], behind)
         assert all(s.get("dropped_behaviour") == 0.0 and 0 < s["is_weight"] <= 2.0 for s in row["train"].values() if "is_weight" in s)
-    assert rows[3]["evolution"], "evolution is due at step 4"
+    assert rows[1]["evolution"] and rows[3]["evolution"] == [], "evolution is due at steps 2 and 4, 4 being the last"
 
     resumed_dir = tmp_path / "resumed"  # from the step-2 checkpoint, drained there as in the reference
     shutil.copytree(reference_dir, resumed_dir)

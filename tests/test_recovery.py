@@ -2,7 +2,7 @@
 driver killed while it writes a checkpoint, a damaged checkpoint, and the clear errors users meet.
 
 The in-process runs share one Ray cluster (``ray_session``); ``train`` attaches to it and leaves it up.
-A fault-free reference run and a faulty one, 6 steps each on the tiny test model, evolution at steps 2, 4 and 6:
+A fault-free reference run and a faulty one, 6 steps each on the tiny test model, evolution at steps 2 and 4:
 the faulty run kills each actor kind in turn, the last one twice (the learner, then its replacement during the
 recovery). It must end with each step once in metrics.jsonl, a recovery record per fault, and the same league
 state and adapters as the reference.

@@ -234,6 +234,33 @@ def test_step_row_measures_written_programs_apart_from_buffer_programs():
     assert row["buffer_programs"] == 4 and row["buffer_seed_share"] == 0.75
     assert row["buffer_program_loc"] == pytest.approx((2 * 3 + 5) / 4)
     assert row["rho_by_teacher"] == {"t0": [1, 0, 1, 0, 0, 0], "t1": [0, 0, 0, 0, 0, 1]}
+    train = {"t0": {"update_norm": 0.5, "kl_to_base": 0.01}, "s0": {"update_norm": 0.25}}
+    row = step_row(5, [], Coverage(), ("code_o",), [], [], [], [], [], [], train, [], {})
+    assert (row["update_norm/t0"], row["kl_to_base/t0"], row["update_norm/s0"]) == (0.5, 0.01, 0.25)
+    assert "kl_to_base/s0" not in row  # no readout of s0 this step
+
+
+def test_the_members_readouts_are_averaged_per_role_and_trended():
+    """``<role>_<stat>``: the mean over the role's members of their update's statistic where they reported it (the KL
+    readout every other step here), the single agent's one member under both roles; trended like every rate."""
+    from reporting.study import arm_summary, with_derived
+
+    rows = []
+    for step in range(1, 21):
+        row = synthetic_run(0.0, 0, steps=20)[step - 1]
+        row["members"] = [{"id": "t0", "role": "teacher"}, {"id": "t1", "role": "teacher"}, {"id": "s0", "role": "student"}]
+        row["train"] = {"t0": {"update_norm": 0.01 * step, "entropy": 0.3}, "t1": {"update_norm": 0.03 * step, "entropy": 0.5},
+                        "s0": {"update_norm": 0.1, "entropy": 0.2, **({"kl_to_base": 0.002 * step} if step % 2 == 0 else {})}}
+        rows.append(row)
+    derived = with_derived(rows)
+    assert derived[3]["teacher_update_norm"] == pytest.approx(0.08) and derived[3]["teacher_entropy"] == pytest.approx(0.4)
+    assert derived[3]["student_kl_to_base"] == pytest.approx(0.008) and "student_kl_to_base" not in derived[2]
+    assert "teacher_kl_to_base" not in derived[3]
+    metrics = arm_summary([rows, rows])["metrics"]
+    assert metrics["teacher_update_norm"]["slope"] == pytest.approx(2.0)  # 0.02 a step, per 100 steps
+    assert metrics["student_kl_to_base"]["slope"] == pytest.approx(0.2)
+    single = dict(rows[1], members=[{"id": "a0", "role": "agent"}], train={"a0": {"kl_to_base": 0.05}})
+    assert with_derived([single])[0]["teacher_kl_to_base"] == with_derived([single])[0]["student_kl_to_base"] == 0.05
 
 
 def test_one_study_against_another_is_the_welch_difference_of_their_seed_slopes():

@@ -64,22 +64,24 @@ def test_the_dynamics_preset_runs_four_by_four_with_a_family_a_teacher_and_step(
     child of the others."""
     run_dir = tmp_path / "dynamics"
     done = launch("--config", "configs/tiny-dynamics.yaml", "--run-dir", str(run_dir), "--steps", "2", "--quiet",
-                  "model.tiny_variant=test", "tasks.rollouts_k=2", "inference.max_tokens=96", "evolution.period=2",
+                  "model.tiny_variant=test", "tasks.rollouts_k=2", "inference.max_tokens=96", "evolution.period=1",
                   "run.checkpoint_every=2", "verifier.actors=1", "run.dashboard=false")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = metrics(run_dir)
-    teachers = [m["id"] for m in rows[0]["members"] if m["role"] == "teacher"]
-    assert teachers == ["t0", "t1", "t2", "t3"] and sum(m["role"] == "student" for m in rows[0]["members"]) == 4
+    teachers = ["t0", "t1", "t2", "t3"]  # the founders, who play step 1 (step 1's row lists the league after its child)
+    assert sorted({p["member"] for p in RunDirectory(run_dir).read_side("proposals") if p["step"] == 1}) == teachers
+    assert sum(m["role"] == "student" for m in rows[0]["members"]) == 4
     families = ["code_o", "code_i", "code_f"]
     proposals = RunDirectory(run_dir).read_side("proposals")
+    step_teachers = {1: teachers, 2: [m["id"] for m in rows[1]["members"] if m["role"] == "teacher"]}  # after step 1's child
     for step in (1, 2):
-        for position, teacher in enumerate(teachers):  # the step's pairs list the teachers in the league's order
+        for position, teacher in enumerate(step_teachers[step]):  # the step's pairs list the teachers in the league's order
             mine = [p["family"] for p in proposals if p["step"] == step and p["member"] == teacher]
             assert mine == [families[(step + position) % 3]] * 6
-    events = rows[1]["evolution"]
-    assert sorted(e["role"] for e in events) == ["student", "teacher"]
+    events = rows[0]["evolution"]  # due every step (period 1), never at the last step
+    assert sorted(e["role"] for e in events) == ["student", "teacher"] and rows[1]["evolution"] == []
     for event in events:
-        assert event["replaced"] not in event["parents"] and event["child"] in {m["id"] for m in rows[1]["members"]}
+        assert event["replaced"] not in event["parents"] and event["child"] in {m["id"] for m in rows[0]["members"]}
     assert sum(m["role"] == "teacher" for m in rows[1]["members"]) == 4
 
 
@@ -94,12 +96,18 @@ def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
             "written_programs", "buffer_programs", "buffer_seed_share", "buffer_program_loc", "rho_by_teacher"}
     assert keys <= set(rows[0])
     assert rows[0]["buffer_programs"] > 0 and rows[0]["buffer_seed_share"] == 1.0  # step 1 draws only seed tasks
-    for row in rows:  # every member's mean token entropy, every step (rl.log_entropy)
+    for row in rows:  # every member's mean token entropy and update norm, every step (rl.log_entropy)
         assert row["train"] and all(stats["entropy"] > 0 for stats in row["train"].values())
+        for member, stats in row["train"].items():  # a zero gradient (every reward of a group equal) moves nothing
+            assert row[f"update_norm/{member}"] == stats["update_norm"] and (stats["update_norm"] > 0) == (stats["grad_norm"] > 0)
+    assert not any("kl_to_base" in stats for stats in rows[0]["train"].values())  # the readout every 2 steps
+    assert all(stats["kl_to_base"] == rows[1][f"kl_to_base/{m}"] >= 0 and stats["kl_to_base_tokens"] > 0
+               for m, stats in rows[1]["train"].items())
+    assert rows[0]["idle_student_share"] in (0.0, 0.5) and "| idle " in first.stdout
     proposals = RunDirectory(run_dir).read_side("proposals")  # one record per proposal, with its advantage
     assert len([p for p in proposals if p["step"] == 1]) == 3 * sum(m["role"] == "teacher" for m in rows[0]["members"])
     assert all(p["advantage"] is not None or p["completion_tokens"] == 0 for p in proposals)
-    assert set(rows[0]["rho_by_teacher"]) == {m["id"] for m in rows[0]["members"] if m["role"] == "teacher"}
+    assert set(rows[1]["rho_by_teacher"]) == {m["id"] for m in rows[1]["members"] if m["role"] == "teacher"}  # no child
     assert set(rows[0]["phase_seconds"]) == {"match", "propose", "validate", "solve", "judge", "train", "handover", "record",
                                              "evolve"}
     tokens = rows[0]["tokens"]  # what the time plan's --from-run reads
@@ -108,9 +116,10 @@ def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
     saved = RunDirectory(run_dir).read_events("checkpoint")
     assert [e["checkpoint_step"] for e in saved] == [1, 2] and all(e["seconds"] > 0 for e in saved)  # checkpoint_every=1
     assert {m["role"] for m in rows[0]["members"]} == {"teacher", "student"}
-    assert rows[1]["evolution"], "evolution is due at step 2 (period 2)"
-    event = rows[1]["evolution"][0]
-    assert event["child"] in {m["id"] for m in rows[1]["members"]}
+    assert rows[0]["evolution"], "evolution is due every step (SHORT_RUN: period 1)"
+    assert rows[1]["evolution"] == [], "but never at the run's last step: that child would never train"
+    event = rows[0]["evolution"][0]
+    assert event["child"] in {m["id"] for m in rows[0]["members"]}
     assert any(m["parent"] for m in rows[1]["members"])
     assert "step    2/2" in first.stdout and "run finished" in first.stdout
     checkpoint = run_dir / "checkpoints" / "step-2"
@@ -123,7 +132,7 @@ def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
         assert lrs == pytest.approx([expected] * len(lrs))
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
-    # Resuming from the step-1 checkpoint recomputes step 2 identically (evolution included).
+    # Resuming from the step-1 checkpoint (taken after step 1's evolution) recomputes step 2 identically.
     replay_dir = tmp_path / "replay"
     shutil.copytree(run_dir, replay_dir)
     (replay_dir / "checkpoints" / "latest").write_text("step-1")
@@ -148,12 +157,20 @@ def test_end_to_end_run_then_resume(short_run, short_run_resumed, tmp_path):
     assert untimed[0] == untimed[1]
     again = launch("--resume", str(replay_dir), "run.dashboard=false")  # nothing left to run: said, exit 0
     assert again.returncode == 0 and "already reached its planned last step 2" in again.stdout
+    # Resumed to a later last step (4), the run evolves at its next due step, 3, which is no longer the last, and not at 4.
+    further = launch("--resume", str(replay_dir), "--steps", "2", "--quiet", "run.dashboard=false")
+    assert further.returncode == 0, further.stderr[-3000:]
+    longer = metrics(replay_dir)
+    assert [r["step"] for r in longer] == [1, 2, 3, 4] and longer[2]["evolution"] and longer[3]["evolution"] == []
+    assert longer[2]["evolution"][0]["child"] in {m["id"] for m in longer[3]["members"]}
 
     second = short_run_resumed  # a copy of the run resumed from its latest checkpoint for one more step (--quiet)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "league state equal to the saved one" in (second.run_dir / "logs" / "driver.log").read_text()
     assert [r["step"] for r in metrics(second.run_dir)] == [1, 2, 3]
-    resumed_members = {m["id"] for m in metrics(second.run_dir)[2]["members"]}
+    resumed_rows = metrics(second.run_dir)
+    assert resumed_rows[2]["evolution"] == []  # step 3 is its last
+    resumed_members = {m["id"] for m in resumed_rows[2]["members"]}
     assert resumed_members == set(saved_league["roles"])  # the league continued from the saved state
 
     reported = tmp_path / "reported"
