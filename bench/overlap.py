@@ -187,6 +187,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 4:
         parser.error("--steps must be at least 4 (step 1 is not measured, the last drains, two steady steps)")
+    if args.from_runs is not None and not all((args.from_runs / name / "metrics.jsonl").is_file()
+                                              for name in ("serial", "overlapped")):
+        parser.error(f"--from-runs {args.from_runs}: no serial/ and overlapped/ runs there (a --keep DIR of this bench)")
     pin = not args.no_pin
     if pin and len(os.sched_getaffinity(0)) < 2:
         parser.error("pinning needs two cores (one for the engine, one for the learners); use --no-pin")

@@ -2,7 +2,8 @@
 
 A command is every ``python`` command line of a bash block (continuations joined, comments dropped) and every inline
 code span of the prose that holds one (``python -m ...``, ``python -c ...``, ``python <file>.py ...``; text from
-``python`` on, up to ``&&``, ``;``, a pipe or ``...``). Its key is the entry point (``launch.py``, the module, a
+``python`` on, up to ``&&``, ``;``, a pipe, a comment or prose after ``...``; a ``...`` standing alone is a
+placeholder and stays). Its key is the entry point (``launch.py``, the module, a
 module's subcommand such as ``verifier run``) and its sorted options, values left out: ``python -m evaluation.export
 --checkpoint --member --merge``. A synopsis (an option in ``[...]``) is keyed ``usage: ...``; ``-c`` code is part of
 its key, as written.
@@ -83,4 +84,4 @@ def doc_commands(pages: list[Path] = PAGES) -> list[DocCommand]:
 
 def options_of(key: str) -> list[str]:
     """The options of a key (``--checkpoint``, ``-n``)."""
-    return [w for w in key.removeprefix("usage: ").split()[2:] if w.startswith("-") and not w.startswith("-c ")]
+    return [w for w in key.removeprefix("usage: ").split()[2:] if w.startswith("-")]
