@@ -160,6 +160,7 @@ ROWS: dict[str, Run | By | Skip | Usage | Suite | Family] = {
                                                                 " makes a snapshot of a short build's"),
     "python -m bench.tiny_coder": TINY_BENCH,
     "python -m bench.tiny_coder --proposals --variant": TINY_BENCH,
+    "python -m bench.tiny_coder --baseline-proposals --probes --proposals --sample-seeds --variant": TINY_BENCH,
     "python -m bench.tiny_coder --probes --proposals --sample-seeds --seen-probes --variant": TINY_BENCH,
     "python -m bench.tiny_coder --model-dir --probes --proposals --sample-seeds --seen-probes": TINY_BENCH,
     "python -m bench.tiny_coder --step-timing": bench("-m", "bench.tiny_coder", "--step-timing", "--variant", "test",
