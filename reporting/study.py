@@ -67,7 +67,7 @@ BUFFER_COMPLEXITY = tuple(f"buffer_{k}" for k in COMPLEXITY)
 MEMBER_STATS = ("entropy", "kl_to_base", "update_norm")
 """Learner statistics of each member (``train.<member>.<stat>``) averaged per role into ``<role>_<stat>``."""
 RATES = ("valid_rate", "solve_rate", "teacher_reward", "student_reward", "buffer_seed_share", "unsolved_share",
-         *(f"{role}_{stat}" for stat in MEMBER_STATS for role in ("teacher", "student")))
+         "idle_student_share", *(f"{role}_{stat}" for stat in MEMBER_STATS for role in ("teacher", "student")))
 TRENDED = COMPLEXITY + BUFFER_COMPLEXITY + RATES
 PER = 100.0
 """Slopes are reported per this many steps."""

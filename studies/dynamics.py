@@ -434,7 +434,7 @@ def main() -> None:
     for arm in ARMS:  # how far the adapters moved: KL to the base on their own samples, the update's norm
         m = summary[arm]["metrics"]
         log(f"{arm} readouts, first -> last, slope per 100 steps: " + "; ".join(
-            f"{key.replace('_', ' ')} {m[key]['first']} -> {m[key]['last']} ({plus_minus(m[key], 4)})"
+            f"{key.replace('_', ' ')} {m[key]['first']} -> {m[key]['last']} ({m[key]['slope']:+.4f}+-{m[key]['ci'] or math.nan:.4f})"
             for key in ("teacher_kl_to_base", "student_kl_to_base", "teacher_update_norm", "student_update_norm")
             if m.get(key, {}).get("slope") is not None))
     for arm in ARMS:  # was the study in the paper's regime, quarter by quarter?

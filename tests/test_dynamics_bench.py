@@ -53,6 +53,11 @@ def test_smoke_study_reports_every_claim(study):
     assert result["comparisons"]["probe_weakest_member_minus_single_weakest_of_n"]["single_draws"] == 2  # 2 students
     assert result["comparisons"]["coverage_at_equal_programs"]["programs"] > 0
     assert "with sequence weights" in done.stderr and "reward by lines of code" in done.stderr
+    assert "students' solve rate by lines of code" in done.stderr and "readouts, first -> last" in done.stderr
+    for arm in ("population", "single"):  # whether bigger is harder, and how far the adapters moved
+        window = result["complexity_payoff"][arm]["windows"][0]
+        assert set(window["solve_by_bin"]) == {"loc", "ast_depth"}  # (the test model may write no valid task)
+        assert result[arm]["metrics"]["student_update_norm"]["first"] is not None
     assert "written programs (each arm)" in done.stderr and "weakest of 2 single-agent draws" in done.stderr
     assert result["seeds"] == {"population": 1, "single": 1} and result["failed_runs"] == []
     for arm in ("population", "single"):

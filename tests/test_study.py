@@ -251,6 +251,7 @@ def test_the_members_readouts_are_averaged_per_role_and_trended():
         row["members"] = [{"id": "t0", "role": "teacher"}, {"id": "t1", "role": "teacher"}, {"id": "s0", "role": "student"}]
         row["train"] = {"t0": {"update_norm": 0.01 * step, "entropy": 0.3}, "t1": {"update_norm": 0.03 * step, "entropy": 0.5},
                         "s0": {"update_norm": 0.1, "entropy": 0.2, **({"kl_to_base": 0.002 * step} if step % 2 == 0 else {})}}
+        row["idle_student_share"] = 0.5 if step % 4 == 0 else 0.0
         rows.append(row)
     derived = with_derived(rows)
     assert derived[3]["teacher_update_norm"] == pytest.approx(0.08) and derived[3]["teacher_entropy"] == pytest.approx(0.4)
@@ -259,6 +260,8 @@ def test_the_members_readouts_are_averaged_per_role_and_trended():
     metrics = arm_summary([rows, rows])["metrics"]
     assert metrics["teacher_update_norm"]["slope"] == pytest.approx(2.0)  # 0.02 a step, per 100 steps
     assert metrics["student_kl_to_base"]["slope"] == pytest.approx(0.2)
+    idle = metrics["idle_student_share"]  # half the students idle every 4th step: none of steps 1-3, step 20 of 18-20
+    assert idle["first"] == 0.0 and idle["last"] == pytest.approx(0.5 / 3, abs=1e-4)
     single = dict(rows[1], members=[{"id": "a0", "role": "agent"}], train={"a0": {"kl_to_base": 0.05}})
     assert with_derived([single])[0]["teacher_kl_to_base"] == with_derived([single])[0]["student_kl_to_base"] == 0.05
 

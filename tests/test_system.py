@@ -61,13 +61,15 @@ def test_learning_off_is_a_control_in_which_no_adapter_changes(tiny_model, tmp_p
 def test_the_dynamics_preset_runs_four_by_four_with_a_family_a_teacher_and_step(tiny_model, tmp_path):
     """configs/tiny-dynamics.yaml through launch.py (the paper's regime): 4 teachers + 4 students, each teacher's 6 tasks of a
     step one family, families[(step + position) % 3], and an evolution step that replaces one member per role by a
-    child of the others."""
+    child of the others; with league.matching=cover_students every student plays every step."""
     run_dir = tmp_path / "dynamics"
     done = launch("--config", "configs/tiny-dynamics.yaml", "--run-dir", str(run_dir), "--steps", "2", "--quiet",
                   "model.tiny_variant=test", "tasks.rollouts_k=2", "inference.max_tokens=96", "evolution.period=1",
-                  "run.checkpoint_every=2", "verifier.actors=1", "run.dashboard=false")
+                  "run.checkpoint_every=2", "verifier.actors=1", "run.dashboard=false", "league.matching=cover_students")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = metrics(run_dir)
+    assert [r["idle_student_share"] for r in rows] == [0.0, 0.0]
+    assert all(len({s for _, s in r["matches"]}) == 4 for r in rows)  # four teachers, four distinct students
     teachers = ["t0", "t1", "t2", "t3"]  # the founders, who play step 1 (step 1's row lists the league after its child)
     assert sorted({p["member"] for p in RunDirectory(run_dir).read_side("proposals") if p["step"] == 1}) == teachers
     assert sum(m["role"] == "student" for m in rows[0]["members"]) == 4
