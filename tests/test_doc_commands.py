@@ -98,7 +98,8 @@ DYNAMICS = "tests/test_dynamics_bench.py::test_smoke_study_reports_every_claim"
 CALIBRATE = "--repeats 1 --rows 3 --new 4 --prompt 16 --train-seqs 4 --train-prompt 20 --train-completion 8 --verifier-tasks 20"
 EVAL = ("--limit", "1", "--max-tokens", "8", "--workers", "2")
 BUILD = "a build of the test variant, the smallest tiny model (~4 min on two busy cores)"
-VLLM = "vLLM's CPU engine start (~2 min on two busy cores)"
+VLLM = ("starts vLLM's CPU engine (~40 s), which the suite starts only in the machine-a group: that group counts vLLM's "
+        "/dev/shm queues, which this module's group would add to")
 GPU_7B = "needs GPUs: the 7B preset on an 8-GPU node"
 WIDTHS_7B = "a model of Qwen2.5-7B's widths (a 2.2 GB embedding) built and stepped on the CPU (over 3 CPU-minutes)"
 
