@@ -98,7 +98,8 @@ DYNAMICS = "tests/test_dynamics_bench.py::test_smoke_study_reports_every_claim"
 CALIBRATE = "--repeats 1 --rows 3 --new 4 --prompt 16 --train-seqs 4 --train-prompt 20 --train-completion 8 --verifier-tasks 20"
 EVAL = ("--limit", "1", "--max-tokens", "8", "--workers", "2")
 BUILD = "a build of the test variant, the smallest tiny model (~4 min on two busy cores)"
-VLLM = "vLLM's CPU engine start (~2 min on two busy cores)"
+VLLM = ("starts vLLM's CPU engine (~40 s), which the suite starts only in the machine-a group: that group counts vLLM's "
+        "/dev/shm queues, which this module's group would add to")
 GPU_7B = "needs GPUs: the 7B preset on an 8-GPU node"
 WIDTHS_7B = "a model of Qwen2.5-7B's widths (a 2.2 GB embedding) built and stepped on the CPU (over 3 CPU-minutes)"
 
@@ -207,13 +208,13 @@ ROWS: dict[str, Run | By | Skip | Usage | Suite | Family] = {
     "python -m bench.replica_balance": bench("-m", "bench.replica_balance", "--rounds", "1", "--short", "2", "--long", "1",
                                              "--short-tokens", "4", "--long-tokens", "8", "--uniform-tokens", "4"),
     "python -m bench.system_backends": bench("-m", "bench.system_backends", "--steps", "1", "--backends", "hf",
-                                             *[f"--override={o}" for o in LAUNCH], long="a launch.py run (~1 min)"),
+                                             *[f"--override={o}" for o in LAUNCH]),
     "python -m bench.time_plan": bench("-m", "bench.time_plan", "--steps", "2", "--calibrate-options", CALIBRATE,
-                                       long="a launch.py run and a calibration (~2 min)"),
+                                       long="a launch.py run and a calibration (~1-2 min)"),
     "python -m bench.overlap": bench("-m", "bench.overlap", "--steps", "4", "--calibrate-options", CALIBRATE, *LAUNCH,
-                                     long="two launch.py runs and a calibration (~3 min)"),
+                                     long="two launch.py runs and a calibration (~1.5-3 min)"),
     "python -m bench.overlap --steps": bench("-m", "bench.overlap", "--steps", "4", "--calibrate-options", CALIBRATE, *LAUNCH,
-                                             long="two launch.py runs and a calibration (~3 min)"),
+                                             long="two launch.py runs and a calibration (~1.5-3 min)"),
     # the studies ----------------------------------------------------------------------------------------------------
     "python -m studies.<name>": Family("studies"),
     "python -m studies.retention": bench("-m", "studies.retention", "--variant", "test", "--parent-steps", "1",
@@ -222,7 +223,7 @@ ROWS: dict[str, Run | By | Skip | Usage | Suite | Family] = {
     "python -m studies.student_rl": bench("-m", "studies.student_rl", "--steps", "1", "--tasks", "2", "--rollouts", "2",
                                           "--probes", "2", "--samples", "1"),
     "python -m studies.learning": bench("-m", "studies.learning", "--steps", "1", "--probes", "2", "--samples", "1",
-                                        "--variant", "test", *LAUNCH[1:], long="two launch.py runs (~2 min)"),
+                                        "--variant", "test", *LAUNCH[1:], long="two launch.py runs and the probes (~2.5 min)"),
     "usage: python -m studies.learning --keep --probes --steps": Usage(),
     "python -m studies.dynamics": By(DYNAMICS),
     "python -m studies.dynamics --jobs --keep --seeds --steps": By(DYNAMICS),
