@@ -11,11 +11,11 @@ this way).
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
 from configs import Config
+from configs.model_dir import model_dir_argument  # noqa: F401  (the commands' model options import it from here too)
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -63,15 +63,6 @@ def model_directory(path: str) -> Path:
             f"`{hub_download_command(path)}` (set HF_HOME or HF_HUB_CACHE where the cache is elsewhere), "
             "or set model.path to a local model directory")
     return snapshot
-
-
-def model_dir_argument(text: str) -> Path:
-    """``type=`` of a command's model-directory option: the directory, or, where it holds no ``config.json`` (a path
-    that does not exist, a typo, a file), argparse's one-line error naming it before anything loads."""
-    path = Path(text).expanduser()
-    if not (path / "config.json").is_file():
-        raise argparse.ArgumentTypeError(f"{text} is not a model directory (no config.json there)")
-    return path
 
 
 def base_model_name(config: Config, model_dir: str) -> str:

@@ -460,9 +460,7 @@ MISSING_PATHS = [
     ("-m", "reporting", "{missing}"),
     ("-m", "reporting", "{run}", "{missing}"),
     ("-m", "verifier", "run", "{missing}.py", "--args", "1"),
-    pytest.param(("-m", "verifier", "prompts", "--model", "{missing}"), marks=pytest.mark.xfail(
-        strict=True, reason="verifier/__main__.py loads --model without checking it (a traceback): the verifier's "
-                            "files are another engineer's; planning.model_files.model_dir_argument is the fix")),
+    ("-m", "verifier", "prompts", "--model", "{missing}"),
     ("-m", "planning.calibrate", "--out", "{tmp}/node.yaml", "--config", "{missing}.yaml"),
     ("-m", "bench.tiny_coder", "--model-dir", "{missing}"),
     ("-m", "bench.eval_harness", "--model", "{missing}"),

@@ -16,6 +16,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from configs.model_dir import model_dir_argument
 from verifier.prompt_styles import STYLES, Prompter, PromptStyleError, TaskRules
 from verifier.task_limits import TaskLimits
 from verifier.tasks import FAMILIES, Task, identity_task
@@ -53,7 +54,7 @@ def add_command(sub: Any) -> None:
     cmd.add_argument("--style", choices=STYLES, help="prompt style (default: the config's tasks.prompt_style)")
     cmd.add_argument("--family", choices=FAMILIES, action="append", help="task family (repeatable; default: all)")
     cmd.add_argument("--role", choices=("teacher", "student", "both"), default="both")
-    cmd.add_argument("--model", type=Path, help="local model directory: render with its tokenizer and count tokens")
+    cmd.add_argument("--model", type=model_dir_argument, help="local model directory: render with its tokenizer and count tokens")
     cmd.add_argument("--config", type=Path, help="a preset or config YAML whose tasks/verifier settings the rules use")
     cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="config override, e.g. tasks.references_k=6 (repeatable)")
