@@ -166,6 +166,10 @@ def test_a_sample_of_a_member_no_learner_owns_is_an_error(system):
 
     stray = Sample(member="s99", role="student", family="code_o", prompt_ids=[1, 2], completion_ids=[3],
                    logprobs=[-1.0], reward=1.0)
+    # the module's tests share one system and may run on other workers in any order: start from engines
+    # that serve the learners' versions, whatever an earlier test loaded into them
+    system.publish_adapters(all_members=True)
+    system.check_versions()
     with pytest.raises(RuntimeError, match=r"samples of \['s99'\], members no learner owns"):
         system.train([stray])
     with pytest.raises(ray.exceptions.RayTaskError, match="members it does not own"):  # a learner refuses too
