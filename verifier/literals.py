@@ -59,8 +59,9 @@ def _distinct_hashes(keys: list[Any]) -> None:
     """Refuse ``keys`` when more than ``MAX_SHARED_HASH`` unequal ones share a hash value.
 
     Hashing each key costs its size; the counts are a dict keyed by the hash values themselves
-    (distinct ints, so they do not collide). Only a group over the bound is compared, each member
-    with the group's first (equal duplicates insert in one probe)."""
+    (distinct ints, so they do not collide). Only a group over the bound is looked at: each member is
+    compared with the group's distinct values found so far, of which there are at most
+    ``MAX_SHARED_HASH`` before the keys are refused (equal duplicates insert in one probe)."""
     try:
         hashes = [hash(key) for key in keys]
     except TypeError as exc:
@@ -68,13 +69,12 @@ def _distinct_hashes(keys: list[Any]) -> None:
     crowded = {h for h, n in Counter(hashes).items() if n > MAX_SHARED_HASH}
     if not crowded:
         return
-    first: dict[int, Any] = {}
+    distinct: dict[int, list[Any]] = {h: [] for h in crowded}
     for h, key in zip(hashes, keys):
-        if h not in crowded:
+        if h not in distinct or any(key == seen for seen in distinct[h]):
             continue
-        if h not in first:
-            first[h] = key
-        elif not key == first[h]:
+        distinct[h].append(key)
+        if len(distinct[h]) > MAX_SHARED_HASH:
             raise LiteralError(f"not read: a set or dict holds more than {MAX_SHARED_HASH} unequal values of one hash value "
                                f"({h}); such text is refused, not read")
 
