@@ -78,7 +78,7 @@ def test_load_start_refuses_a_model_of_another_tokenizer(tmp_path, micro_variant
 
     parent = build_here("micro", cache_dir=tmp_path, threads=1)
     other = AutoTokenizer.from_pretrained(ensure_model("test"))  # the shipped test model: another corpus and tokenizer
-    with pytest.raises(ValueError, match="not the one this build made"):
+    with pytest.raises(ValueError, match="not the one this build trains with"):
         load_start(new_model(MICRO.model, other), other, parent)
 
 

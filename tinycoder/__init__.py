@@ -91,8 +91,12 @@ def build_here(
 
     target = model_dir(variant, seed, cache_dir)
     settings = variant_settings(variant)
-    # a continuation starts from its variant's finished model, built here first where the cache lacks it
-    start = None if settings.continues is None else build_here(settings.continues, seed, cache_dir=target.parent,
-                                                                  progress=progress, threads=threads)
+    # a continuation starts from its variant's finished model: the cached one, else the shipped copy where it
+    # applies, else one built here first
+    start = None
+    if settings.continues is not None:
+        parent = model_dir(settings.continues, seed, target.parent)
+        shipped = None if (parent / MANIFEST).is_file() else shipped_model(settings.continues, seed)[0]
+        start = shipped or build_here(settings.continues, seed, cache_dir=target.parent, progress=progress, threads=threads)
     announce = f"building the tiny {variant!r} model (one time, cached in {target})"
     return build_cached(settings, seed, target, progress=progress, threads=threads, announce=announce, start_from=start)

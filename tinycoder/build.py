@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import AutoTokenizer
 
 from tinycoder.cache import build_once, cache_key
 from tinycoder.corpus import VerifiedProgram, build_corpus
 from tinycoder.examples import Example, ExampleWriter, io_task
+from tinycoder.line_trace import line_traces
 from tinycoder.model import new_model, qwen2_config, stand_in_model
 from tinycoder.progress import BuildProgress, Resume, progress_dir_for
 from tinycoder.settings import GENERATOR_VERSION, BuildSettings, data_seed, describe, resolve_precision
@@ -56,8 +58,19 @@ def _log(progress: bool, message: str) -> None:
         print(f"[tiny-coder] {message}", file=sys.stderr, flush=True)
 
 
+# The sandbox's output bound for a per-line trace run: MAX_EVENTS (name, repr) pairs of short values.
+TRACE_OUTPUT_CHARS = 8000
+
+
 def make_examples(corpus: list[VerifiedProgram], settings: BuildSettings, seed: int) -> list[Example]:
-    return ExampleWriter(corpus, settings.mix, random.Random(seed + 1)).all_examples()
+    """Every example of ``corpus`` (``tinycoder.examples``); with ``mix.student_trace == "lines"`` the sandbox first runs
+    each program's instrumented copy on its first input for the students' per-line traces (``tinycoder.line_trace``)."""
+    lines = None
+    if settings.mix.student_trace == "lines":
+        with Verifier(timeout_s=2.0, memory_mb=256, max_output_chars=TRACE_OUTPUT_CHARS) as verifier:
+            traces = line_traces(verifier, [(item.program.source, item.inputs[0]) for item in corpus], settings.mix.trace_chars)
+        lines = {item.program.source: trace for item, trace in zip(corpus, traces)}
+    return ExampleWriter(corpus, settings.mix, random.Random(seed + 1), lines).all_examples()
 
 
 def build_model(
@@ -80,7 +93,7 @@ def build_model(
     save there (training: every ``save_policy``). The caller must hold the build's lock and remove the directory
     once the finished model is in place.
     ``start_from``: for settings that continue a variant (``BuildSettings.continues``), that variant's finished model
-    directory: training starts from its weights (its tokenizer must be the one this build makes).
+    directory: training starts from its weights, with its tokenizer.
     """
     if (settings.continues is None) != (start_from is None):
         raise ValueError(f"start_from goes with settings that continue a variant (continues={settings.continues!r}, "
@@ -131,8 +144,10 @@ def build_model(
         _log(progress, f"{len(data)} examples (saved); tokenizer of {len(tokenizer)} tokens")
     else:
         examples = make_examples(corpus, settings, seed)
-        # Prompts and completions are tokenized separately (as an engine sees them), so train on them apart.
-        trained = train_tokenizer((text for e in examples for text in (e.prompt, e.completion)), settings.vocab_size)
+        if start_from is not None:  # the token ids must keep the meaning the model it continues learned
+            trained = AutoTokenizer.from_pretrained(start_from)
+        else:  # prompts and completions are tokenized separately (as an engine sees them), so train on them apart
+            trained = train_tokenizer((text for e in examples for text in (e.prompt, e.completion)), settings.vocab_size)
         save_tokenizer(trained, out_dir)
         qwen2_config(settings.model, trained).save_pretrained(out_dir)  # AutoTokenizer picks its class by model_type
         tokenizer = reload(out_dir, trained, (text for e in examples[:50] for text in (e.prompt, e.completion)))
@@ -209,12 +224,13 @@ def build_cached(
 
 def load_start(model: torch.nn.Module, tokenizer: Any, directory: Path, weights: bool = True) -> None:
     """Check that the tokenizer of the finished model in ``directory`` is ``tokenizer`` (a continuation's token ids must
-    mean what they meant to the model it continues), then, with ``weights``, load its weights into ``model`` (float32)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    mean what they meant to the model it continues; a resumed build's saved tokenizer must still be it), then, with
+    ``weights``, load its weights into ``model`` (float32)."""
+    from transformers import AutoModelForCausalLM
 
     if AutoTokenizer.from_pretrained(directory).get_vocab() != tokenizer.get_vocab():
-        raise ValueError(f"the tokenizer in {directory} is not the one this build made from its examples: a "
-                         f"continuation needs the corpus and examples of the model it continues")
+        raise ValueError(f"the tokenizer in {directory} is not the one this build trains with: a continuation "
+                         f"trains with the tokenizer of the model it continues")
     if not weights:
         return
     start = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)

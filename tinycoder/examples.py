@@ -13,7 +13,8 @@ model learns the formats the parsers read back.
   answer of the same form (:mod:`tinycoder.wrong_answers`), so RL has room to improve. The
   ``<think>`` line names the type of the answer; for ``code_o`` it first lists the value of each
   phase result on the input (computed by the sandbox), a step-by-step trace a small model can
-  follow. A right ``code_i`` answer is the shortest known input that gives the output (any such
+  follow, or, with ``ExampleMix.student_trace = "lines"``, the state after every executed line
+  (:mod:`tinycoder.line_trace`). A right ``code_i`` answer is the shortest known input that gives the output (any such
   input is right).
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tinycoder.corpus import VerifiedProgram
@@ -46,6 +48,9 @@ class Example:
     correct: bool = True
 
 
+STUDENT_TRACES = ("phases", "lines")
+
+
 @dataclass(frozen=True)
 class ExampleMix:
     """Examples drawn per corpus program, the references shown, and how often students are right."""
@@ -59,10 +64,19 @@ class ExampleMix:
     references: tuple[int, ...] = (0, 0, 1, 2)  # K drawn per teacher prompt
     identity_reference_rate: float = 0.15
     code_f_inputs: tuple[int, ...] = (4,)  # n inputs per code_f task: configs/tiny.yaml asks for 4
+    # What a code_o student writes in <think> before its answer: "phases", each phase result's value (the
+    # generator's phases), or "lines", a per-line execution trace (tinycoder.line_trace) of at most trace_chars
+    # characters, the rest elided.
+    student_trace: str = "phases"
+    trace_chars: int = 200
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.p_correct <= 1.0:
             raise ValueError(f"ExampleMix.p_correct must be in [0, 1], got {self.p_correct}")
+        if self.student_trace not in STUDENT_TRACES:
+            raise ValueError(f"ExampleMix.student_trace must be one of {', '.join(STUDENT_TRACES)}, got {self.student_trace!r}")
+        if self.trace_chars < 1:
+            raise ValueError(f"ExampleMix.trace_chars must be >= 1, got {self.trace_chars}")
 
 
 def value_type(literal: str) -> str:
@@ -102,12 +116,18 @@ def f_task(item: VerifiedProgram, n: int) -> Task:
 class ExampleWriter:
     """Turns corpus programs into examples of every (role, family) pair (deterministic for an rng)."""
 
-    def __init__(self, corpus: list[VerifiedProgram], mix: ExampleMix, rng: random.Random):
+    def __init__(self, corpus: list[VerifiedProgram], mix: ExampleMix, rng: random.Random,
+                 lines: Mapping[str, tuple[str, ...]] | None = None):
+        """``lines``: with ``mix.student_trace == "lines"``, each program's per-line trace on its first input
+        (``tinycoder.line_trace.line_traces``), by source."""
         if not corpus:
             raise ValueError("ExampleWriter needs a non-empty corpus")
+        if mix.student_trace == "lines" and lines is None:
+            raise ValueError("an ExampleMix with student_trace='lines' needs the programs' line traces")
         self.corpus = corpus
         self.mix = mix
         self.rng = rng
+        self.lines = lines or {}
 
     def all_examples(self) -> list[Example]:
         out: list[Example] = []
@@ -166,12 +186,13 @@ class ExampleWriter:
             value = item.program.source if correct else wrong_program(item.program.source, rng, others)
             think = ""
         else:
-            index = 0 if family == "code_o" and item.trace else rng.randrange(len(item.inputs))
+            steps = item.trace if self.mix.student_trace == "phases" else self.lines.get(item.program.source, ())
+            index = 0 if family == "code_o" and (steps or self.mix.student_trace == "lines") else rng.randrange(len(item.inputs))
             task = io_task(family, item, index)
             if family == "code_o":
                 value = task.output if correct else wrong_output(task.output, rng)
-                # The phase results on the input, step by step, then the answer's type.
-                think = "".join(f"{line}\n" for line in item.trace) + f"The output is {value_type(task.output)}."
+                # The phase results (or every line's state) on the input, step by step, then the answer's type.
+                think = "".join(f"{line}\n" for line in steps) + f"The output is {value_type(task.output)}."
             else:
                 # Any input that gives the output is right: teach the shortest known one, which
                 # is often a simple value a solver can guess (``[]``, ``0``, ``''``).

@@ -135,6 +135,12 @@ VARIANTS: dict[str, BuildSettings] = {
     # `stronger-long`), half the hours of `stronger-long` because it starts where `stronger-large` ended.
     "stronger-large-plus": replace(DEFAULT, mix=ExampleMix(p_correct=1.0), continues="stronger-large",
                                    corpus=replace(DEFAULT.corpus, programs=40_000), train=replace(DEFAULT.train, steps=8000)),
+    # For the structural-difficulty gate (docs/dynamics.md), never the default path: `stronger-large-plus` continued on
+    # the first 10,000 of its drafts with code_o students that write a per-line execution trace before the answer
+    # (tinycoder.line_trace), so that a longer program is more steps to get right; its tokenizer, a fresh schedule.
+    "stronger-large-traced": replace(DEFAULT, mix=ExampleMix(p_correct=1.0, student_trace="lines"),
+                                     continues="stronger-large-plus", corpus=replace(DEFAULT.corpus, programs=10_000),
+                                     train=replace(DEFAULT.train, steps=2000)),
     # For the dynamics study only (docs/dynamics.md, lever 4b), never the default path: the default's corpus, examples
     # and training on a Qwen2 of about four times the parameters (9.2M against 2.4M), so that size is the one change.
     "larger": replace(DEFAULT, model=ModelShape(hidden=320, layers=6, kv_heads=1, intermediate=1280)),
@@ -164,16 +170,24 @@ def prompt_fingerprint() -> str:
 
 
 def continued_settings(settings: BuildSettings) -> BuildSettings | None:
-    """The settings (resolved here, as ``variant_settings``) of the variant ``settings`` continues, or None; a
-    ValueError when they differ in anything but ``train``: a continuation trains the same model on the same data."""
+    """The settings (resolved here, as ``variant_settings``) of the variant ``settings`` continues, or None.
+
+    A continuation trains the model it continues with that model's tokenizer (a token id must keep its meaning), so its
+    shape, vocabulary and corpus settings must be the parent's; it may train on other examples (``mix``) and on the
+    first ``corpus.programs`` of the parent's drafts (``tinycoder.corpus.draw_programs`` draws in order, so a smaller
+    corpus is a prefix of the parent's and a held-out probe is held out from both). A ValueError names what else differs.
+    """
     if settings.continues is None:
         return None
     parent = variant_settings(settings.continues)
+    free = ("train", "continues", "mix", "corpus")
     different = [name for name in BuildSettings.__dataclass_fields__
-                 if name not in ("train", "continues") and getattr(parent, name) != getattr(settings, name)]
+                 if name not in free and getattr(parent, name) != getattr(settings, name)]
+    if replace(settings.corpus, programs=parent.corpus.programs) != parent.corpus or settings.corpus.programs > parent.corpus.programs:
+        different.append("corpus")
     if different:
         raise ValueError(f"a build that continues the {settings.continues!r} variant must have its settings but "
-                         f"train; these differ: {', '.join(different)}")
+                         f"train, mix and a corpus of at most its programs; these differ: {', '.join(different)}")
     return parent
 
 
@@ -186,14 +200,16 @@ def data_seed(settings: BuildSettings, seed: int) -> int:
 # Training settings added after builds were cached, with the value that behaves as builds did before them: at that
 # value a setting is left out of the key, so those caches keep their keys.
 ADDED_TRAIN_SETTINGS: dict[str, Any] = {"precision": "fp32", "prompt_loss_weight": 0.0}
+ADDED_MIX_SETTINGS: dict[str, Any] = {"student_trace": "phases", "trace_chars": 200}
 
 
 def describe(settings: BuildSettings, seed: int) -> dict[str, Any]:
     """What the cache key hashes."""
     described = asdict(settings)
-    for name, before in ADDED_TRAIN_SETTINGS.items():
-        if described["train"][name] == before:
-            del described["train"][name]
+    for group, added in (("train", ADDED_TRAIN_SETTINGS), ("mix", ADDED_MIX_SETTINGS)):
+        for name, before in added.items():
+            if described[group][name] == before:
+                del described[group][name]
     parent = continued_settings(settings)
     if parent is None:
         del described["continues"]  # added after builds were cached: their keys stay

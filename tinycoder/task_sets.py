@@ -12,6 +12,7 @@ from tinycoder.cache import MANIFEST
 from tinycoder.corpus import CorpusSettings, build_corpus, corpus_settings_from_dict, draw_programs, verify_programs
 from tinycoder.examples import f_task, io_task
 from tinycoder.programs import Program
+from tinycoder.settings import variant_settings
 from verifier.buffers import load_seed_file
 from verifier.sandbox import Verifier
 
@@ -62,10 +63,20 @@ def build_drafts(model_dir: Path) -> tuple[CorpusSettings, list[tuple[Program, l
 
 
 def trained_programs(model_dir: Path) -> set[str]:
-    """The programs the build of ``model_dir`` drafted (:func:`build_drafts`) and its seed tasks: none is held out."""
+    """The programs the build of ``model_dir`` drafted (:func:`build_drafts`), those of every build it continues (its
+    manifest's ``continues``, followed through ``VARIANTS``), and its seed tasks: none is held out."""
     seen = {t.program for t in load_seed_file(model_dir / "tasks.jsonl")} if (model_dir / "tasks.jsonl").is_file() else set()
     built = build_drafts(model_dir)
-    return seen | ({program.source for program, _ in built[1]} if built is not None else set())
+    if built is None:
+        return seen
+    seen |= {program.source for program, _ in built[1]}
+    manifest = json.loads((Path(model_dir) / MANIFEST).read_text())
+    parent = (manifest.get("continues") or {}).get("variant")
+    while parent is not None:
+        settings = variant_settings(parent)
+        seen |= {program.source for program, _ in draw_programs(settings.corpus, random.Random(manifest["seed"]))}
+        parent = settings.continues
+    return seen
 
 
 SEEN_SEED = 5_555_555

@@ -1,0 +1,136 @@
+"""Per-line execution traces of generator programs: what a student that traces a program line by line writes
+before its answer (``ExampleMix.student_trace = "lines"``).
+
+A trace is the sequence of states a reader who runs the program in their head passes through: after every
+executed assignment, augmented assignment or mutating call (``letters.append(w)``) in ``f``'s own body, the
+variable it changed and its value; at the top of every ``for`` iteration, the loop variable(s). A helper ``g`` is
+not traced inside (its calls are one step, as a reader would look them up). ``name = repr`` lines, one per event,
+so a program of more lines, or of more iterations, is more steps, and each step is a chance to err.
+
+:func:`instrument` rewrites a generator program with :mod:`ast` on the host (nothing is run here) so that its
+``f`` returns the list of its events instead of its value; the corpus's verifier runs it on the task's input
+(:func:`line_traces`), and :func:`render` reads the events back with the verifier's bounded literal reader.
+A trace longer than the completion's budget keeps its first events and elides the rest with one ``...`` line:
+the student then answers from there, as a model with a short context does.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+from verifier import literals
+from verifier.sandbox import ExecResult, Status
+
+LOG = "trace_log"  # the instrumented program's event list (no leading underscore: the guard rejects those)
+MAX_EVENTS = 64  # the instrumented program stops recording here, so its output stays bounded
+ELIDED = "..."
+
+
+def _event(name: str) -> ast.stmt:
+    """``if len(trace_log) < MAX_EVENTS: trace_log.append(('name', repr(name)))``"""
+    return ast.parse(f"if len({LOG}) < {MAX_EVENTS}:\n    {LOG}.append(({name!r}, repr({name})))").body[0]
+
+
+def _names(target: ast.expr) -> list[str]:
+    """The variables an assignment to ``target`` changes: a name, the names of a tuple, the base of ``d[k]``."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for element in target.elts for name in _names(element)]
+    if isinstance(target, (ast.Subscript, ast.Attribute)):
+        return _names(target.value)
+    return []
+
+
+def _changed(statement: ast.stmt) -> list[str]:
+    if isinstance(statement, ast.Assign):
+        return [name for target in statement.targets for name in _names(target)]
+    if isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+        return _names(statement.target)
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+        func = statement.value.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            return [func.value.id]  # nums.append(x), letters.pop()
+    return []
+
+
+def _traced_body(body: list[ast.stmt]) -> list[ast.stmt]:
+    out: list[ast.stmt] = []
+    for statement in body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.append(statement)  # a helper: one step where it is called
+            continue
+        if isinstance(statement, (ast.For, ast.AsyncFor)):
+            statement.body = [_event(name) for name in _names(statement.target)] + _traced_body(statement.body)
+            statement.orelse = _traced_body(statement.orelse)
+        elif isinstance(statement, (ast.While, ast.If)):
+            statement.body = _traced_body(statement.body)
+            statement.orelse = _traced_body(statement.orelse)
+        elif isinstance(statement, (ast.With, ast.AsyncWith)):
+            statement.body = _traced_body(statement.body)
+        elif isinstance(statement, ast.Try):
+            statement.body = _traced_body(statement.body)
+            statement.orelse = _traced_body(statement.orelse)
+            statement.finalbody = _traced_body(statement.finalbody)
+            for handler in statement.handlers:
+                handler.body = _traced_body(handler.body)
+        out.append(statement)
+        seen: set[str] = set()
+        for name in _changed(statement):
+            if name not in seen:
+                seen.add(name)
+                out.append(_event(name))
+    return out
+
+
+def instrument(source: str) -> str | None:
+    """``source`` with ``f`` returning its list of ``(name, repr(value))`` events (module docstring) instead of its
+    value; None when ``source`` is not one top-level ``def f``."""
+    try:
+        module = ast.parse(source)
+    except SyntaxError:
+        return None
+    if len(module.body) != 1 or not isinstance(module.body[0], ast.FunctionDef) or module.body[0].name != "f":
+        return None
+    original = module.body[0]
+    original.name = "run_f"
+    original.body = _traced_body(original.body)
+    arguments = ", ".join(arg.arg for arg in original.args.args)
+    wrapper = ast.parse(f"def f({arguments}):\n    {LOG}.clear()\n    run_f({arguments})\n    return {LOG}").body[0]
+    module.body = [ast.parse(f"{LOG} = []").body[0], original, wrapper]
+    return ast.unparse(ast.fix_missing_locations(module)) + "\n"
+
+
+def render(result: ExecResult, budget: int) -> tuple[str, ...]:
+    """The ``name = value`` lines of an instrumented run's events, read with the bounded literal reader, at most
+    ``budget`` characters of them, the rest elided as one ``...`` line; empty when the run failed or its output is not
+    a list of (name, repr) pairs."""
+    if result.status is not Status.OK or result.output is None:
+        return ()
+    try:
+        events = literals.read(result.output)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return ()
+    if not isinstance(events, list) or not all(
+            isinstance(e, tuple) and len(e) == 2 and all(isinstance(part, str) for part in e) for e in events):
+        return ()
+    lines: list[str] = []
+    used = 0
+    for at, (name, value) in enumerate(events):
+        line = f"{name} = {value}"
+        if used + len(line) + 1 > budget or (at == MAX_EVENTS - 1 and len(events) == MAX_EVENTS):
+            lines.append(ELIDED)
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return tuple(lines)
+
+
+def line_traces(executor, items: Sequence[tuple[str, str]], budget: int) -> list[tuple[str, ...]]:
+    """The rendered trace of each ``(program, input)`` (:func:`render`; empty where the program cannot be
+    instrumented or its instrumented run fails), run by ``executor`` (``Verifier.execute_many``: the sandbox)."""
+    sources = [instrument(program) for program, _ in items]
+    runnable = [(source, args) for source, (_, args) in zip(sources, items) if source is not None]
+    results = iter(executor.execute_many(runnable, repeats=1))
+    return [render(next(results), budget) if source is not None else () for source in sources]
