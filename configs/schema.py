@@ -40,12 +40,16 @@ class ModelConfig(Section):
         "itself. '${VAR}' is read from the environment.",
         min_length=1,
     )
-    tiny_variant: Literal["default", "test", "stronger", "stronger-large", "stronger-long", "stronger-large-plus", "larger"] = Field(
+    tiny_variant: Literal["default", "test", "stronger", "stronger-large", "stronger-long", "stronger-large-plus",
+                          "stronger-large-traced", "stronger-large-live-traced", "larger"] = Field(
         "default", description="Which built-in tiny model to build when path is 'tiny' ('test' is smaller and quicker; "
         "'stronger' and 'larger' are the dynamics study's: students trained on always-right examples, and a model of "
         "about four times the parameters; 'stronger-large' is 'stronger' on ten times the corpus for 8,000 steps "
         "(for the paper's regime), 'stronger-long' the same for 16,000 steps, 'stronger-large-plus' 'stronger-large' trained for its 8,000 "
-        "steps again from where it ended; each a longer one-time build, the last three hours, resumed where it stopped)."
+        "steps again from where it ended; each a longer one-time build, the last three hours, resumed where it stopped; "
+        "'stronger-large-traced' 'stronger-large-plus' trained further on students that write a per-line execution "
+        "trace before a code_o answer, for the structural-difficulty gate, and 'stronger-large-live-traced' the same on "
+        "programs without dead code)."
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Dtype of the frozen base weights (adapters train in float32)."

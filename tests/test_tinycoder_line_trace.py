@@ -15,6 +15,7 @@ from tinycoder.cache import MANIFEST
 from tinycoder.corpus import build_corpus, draw_programs
 from tinycoder.examples import ExampleMix, ExampleWriter
 from tinycoder.line_trace import ELIDED, MAX_EVENTS, instrument, line_traces, render
+from tinycoder.liveness import dead_code
 from tinycoder.settings import VARIANTS, continued_settings, describe
 from tinycoder.task_sets import trained_programs
 from verifier.families import judge_answers
@@ -121,7 +122,7 @@ def test_a_students_trace_is_never_run_and_a_malformed_one_does_not_change_the_v
 def traced_micro(monkeypatch):
     monkeypatch.setitem(VARIANTS, "micro", MICRO)
     monkeypatch.setitem(VARIANTS, "micro-traced", replace(
-        MICRO, continues="micro", mix=replace(MICRO.mix, student_trace="lines"),
+        MICRO, continues="micro", mix=replace(MICRO.mix, student_trace="lines", live_only=True),
         corpus=replace(MICRO.corpus, programs=30), train=replace(MICRO.train, steps=2)))
 
 
@@ -136,6 +137,8 @@ def test_a_continuation_trains_on_traced_examples_with_the_tokenizer_of_the_mode
     assert json.loads((child / MANIFEST).read_text())["continues"]["variant"] == "micro"
     assert trained_programs(child) >= {program.source for program, _ in draw_programs(MICRO.corpus, random.Random(0))}, \
         "the programs of the model it continues are not held out either"
+    seeds = [json.loads(line)["program"] for line in (child / "tasks.jsonl").read_text().splitlines()]
+    assert seeds and all(dead_code(program) == [] for program in seeds), "live_only: no example or seed task has dead code"
 
 
 @pytest.mark.parametrize("corpus", [replace(MICRO.corpus, programs=41), replace(MICRO.corpus, min_inputs=3)])
@@ -143,3 +146,26 @@ def test_a_continuations_corpus_is_a_prefix_of_its_parents_drafts(traced_micro, 
     with pytest.raises(ValueError, match="these differ: corpus"):
         describe(replace(VARIANTS["micro-traced"], corpus=corpus), 0)
     assert continued_settings(VARIANTS["micro-traced"]) == MICRO
+
+
+@pytest.mark.parametrize("source, dead", [
+    ("def f(words, nums):\n    parts = [w * x for w, x in zip(words, nums)]\n    letters = []\n"
+     "    for w in words:\n        if w in 'abc':\n            letters.append(w)\n        elif letters:\n"
+     "            letters.pop()\n    return letters\n", ["parts"]),
+    ("def f(nums):\n    def g(v):\n        return g(v - 1) if v > 0 else 0\n    return [x + 1 for x in nums]\n", ["g"]),
+    ("def f(nums):\n    def g(v):\n        return v + 1\n    return [g(x) for x in nums]\n", []),
+    (LOOP, []),
+    (HELPER_AND_DICT, []),
+    # a name read only by a condition around a live statement, or by a loop's iterable, is live
+    ("def f(nums, n):\n    limit = n * 2\n    picked = [x for x in nums if x > 0]\n    total = 0\n"
+     "    for x in picked:\n        if x < limit:\n            total += x\n    return total\n", []),
+    ("def f(nums):\n    count = 0\n    total = 0\n    for x in nums:\n        count += 1\n        total += x\n"
+     "    return total\n", ["count"]),
+    ("def f(n):\n    k = n + 1\n    if k > 3:\n        return 1\n    return 0\n", []),
+])
+def test_dead_code_is_what_the_return_value_never_depends_on(source, dead):
+    assert dead_code(source) == dead
+
+
+def test_dead_code_needs_a_single_top_level_f():
+    assert dead_code("def g(x):\n    return x\n") is None and dead_code("def f(:\n") is None

@@ -28,6 +28,7 @@ from tinycoder.cache import build_once, cache_key
 from tinycoder.corpus import VerifiedProgram, build_corpus
 from tinycoder.examples import Example, ExampleWriter, io_task
 from tinycoder.line_trace import line_traces
+from tinycoder.liveness import dead_code
 from tinycoder.model import new_model, qwen2_config, stand_in_model
 from tinycoder.progress import BuildProgress, Resume, progress_dir_for
 from tinycoder.settings import GENERATOR_VERSION, BuildSettings, data_seed, describe, resolve_precision
@@ -137,6 +138,9 @@ def build_model(
             saves.save_corpus(corpus)
     timings["corpus_s"] = time.perf_counter() - t0
 
+    if settings.mix.live_only:
+        corpus = [item for item in corpus if not dead_code(item.program.source)]
+        _log(progress, f"{len(corpus)} of them without dead code make the examples")
     t0 = time.perf_counter()
     if saves is not None and resume.prepared is not None and resume.data is not None:
         tokenizer = saves.restore_prepared(out_dir)

@@ -69,6 +69,9 @@ class ExampleMix:
     # characters, the rest elided.
     student_trace: str = "phases"
     trace_chars: int = 200
+    # Only programs without dead code (tinycoder.liveness) make examples, teachers' and students', so that a longer
+    # program the model learns to write or solve asks for more work.
+    live_only: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.p_correct <= 1.0:

@@ -43,7 +43,9 @@ def _names(target: ast.expr) -> list[str]:
     return []
 
 
-def _changed(statement: ast.stmt) -> list[str]:
+def changed(statement: ast.stmt) -> list[str]:
+    """The variables ``statement`` changes, in order: assigned (a name, a tuple's names, the base of ``d[k]``),
+    augmented-assigned, or mutated by a method call on a name (``nums.append(x)``, ``letters.pop()``)."""
     if isinstance(statement, ast.Assign):
         return [name for target in statement.targets for name in _names(target)]
     if isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
@@ -76,11 +78,8 @@ def _traced_body(body: list[ast.stmt]) -> list[ast.stmt]:
             for handler in statement.handlers:
                 handler.body = _traced_body(handler.body)
         out.append(statement)
-        seen: set[str] = set()
-        for name in _changed(statement):
-            if name not in seen:
-                seen.add(name)
-                out.append(_event(name))
+        for name in dict.fromkeys(changed(statement)):
+            out.append(_event(name))
     return out
 
 

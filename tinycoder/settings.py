@@ -141,6 +141,10 @@ VARIANTS: dict[str, BuildSettings] = {
     "stronger-large-traced": replace(DEFAULT, mix=ExampleMix(p_correct=1.0, student_trace="lines"),
                                      continues="stronger-large-plus", corpus=replace(DEFAULT.corpus, programs=10_000),
                                      train=replace(DEFAULT.train, steps=2000)),
+    # The same with examples of programs without dead code only (tinycoder.liveness): lines of code then measure work.
+    "stronger-large-live-traced": replace(DEFAULT, mix=ExampleMix(p_correct=1.0, student_trace="lines", live_only=True),
+                                          continues="stronger-large-plus", corpus=replace(DEFAULT.corpus, programs=10_000),
+                                          train=replace(DEFAULT.train, steps=2000)),
     # For the dynamics study only (docs/dynamics.md, lever 4b), never the default path: the default's corpus, examples
     # and training on a Qwen2 of about four times the parameters (9.2M against 2.4M), so that size is the one change.
     "larger": replace(DEFAULT, model=ModelShape(hidden=320, layers=6, kv_heads=1, intermediate=1280)),
@@ -200,7 +204,7 @@ def data_seed(settings: BuildSettings, seed: int) -> int:
 # Training settings added after builds were cached, with the value that behaves as builds did before them: at that
 # value a setting is left out of the key, so those caches keep their keys.
 ADDED_TRAIN_SETTINGS: dict[str, Any] = {"precision": "fp32", "prompt_loss_weight": 0.0}
-ADDED_MIX_SETTINGS: dict[str, Any] = {"student_trace": "phases", "trace_chars": 200}
+ADDED_MIX_SETTINGS: dict[str, Any] = {"student_trace": "phases", "trace_chars": 200, "live_only": False}
 
 
 def describe(settings: BuildSettings, seed: int) -> dict[str, Any]:

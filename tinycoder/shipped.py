@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tinycoder.settings import BuildSettings, continued_settings, describe, variant_settings
+from tinycoder.settings import ADDED_MIX_SETTINGS, BuildSettings, continued_settings, describe, variant_settings
 from tinycoder.cache import MANIFEST, cache_key
 
 SHIPPED_ROOT = Path(__file__).resolve().parent / "models"
@@ -107,6 +107,7 @@ def ship(variant: str, built: Path, machine: str, command: str, root: Path = SHI
         raise ValueError(f"only seed {SHIPPED_SEED} ships, {built} is seed {build_manifest.get('seed')}")
     recorded = {"continues": None, **build_manifest["settings"]}  # builds before `continues` existed did not record it
     recorded["train"] = {k: v for k, v in recorded["train"].items() if k != "precision"}
+    recorded["mix"] = {**ADDED_MIX_SETTINGS, **recorded["mix"]}  # nor the mix settings added since
     expected = asdict(settings)
     expected["train"] = {k: v for k, v in expected["train"].items() if k != "precision"}
     if json.dumps(recorded, sort_keys=True, default=str) != json.dumps(expected, sort_keys=True, default=str):
