@@ -83,14 +83,22 @@ def _traced_body(body: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
-def instrument(source: str) -> str | None:
-    """``source`` with ``f`` returning its list of ``(name, repr(value))`` events (module docstring) instead of its
-    value; None when ``source`` is not one top-level ``def f``."""
+def parse_f(source: str) -> ast.Module | None:
+    """``source`` parsed, when it is one top-level ``def f`` (a generator program's form); else None."""
     try:
         module = ast.parse(source)
     except SyntaxError:
         return None
     if len(module.body) != 1 or not isinstance(module.body[0], ast.FunctionDef) or module.body[0].name != "f":
+        return None
+    return module
+
+
+def instrument(source: str) -> str | None:
+    """``source`` with ``f`` returning its list of ``(name, repr(value))`` events (module docstring) instead of its
+    value; None when ``source`` is not one top-level ``def f``."""
+    module = parse_f(source)
+    if module is None:
         return None
     original = module.body[0]
     original.name = "run_f"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 
-from tinycoder.line_trace import changed
+from tinycoder.line_trace import changed, parse_f
 
 
 def _reads(node: ast.AST | None) -> set[str]:
@@ -58,11 +58,8 @@ def _walk(body: list[ast.stmt], around: frozenset[str], out: list[tuple[ast.stmt
 def dead_code(source: str) -> list[str] | None:
     """The names ``f`` assigns, and the helpers it defines, that its return value never depends on (module
     docstring), in order of first definition; None when ``source`` is not one top-level ``def f``."""
-    try:
-        module = ast.parse(source)
-    except SyntaxError:
-        return None
-    if len(module.body) != 1 or not isinstance(module.body[0], ast.FunctionDef) or module.body[0].name != "f":
+    module = parse_f(source)
+    if module is None:
         return None
     statements: list[tuple[ast.stmt, frozenset[str]]] = []
     _walk(module.body[0].body, frozenset(), statements)
