@@ -151,12 +151,13 @@ class Outcome:
         return out
 
 
-def generate(engine, prompts: list[str], s: Sampling, n: int, seed: int) -> list[list[str]]:
+def generate(engine, prompts: list[str], s: Sampling, n: int, seed: int) -> list[list[Any]]:
+    """``n`` ``inference.Generation``s per prompt, with the run's sampling settings."""
     requests = [
         GenerationRequest(adapter=None, prompt=p, temperature=s.temperature, max_tokens=s.max_tokens, n=n, seed=seed + i)
         for i, p in enumerate(prompts)
     ]
-    return [[g.text for g in gens] for gens in engine.generate(requests)]
+    return engine.generate(requests)
 
 
 def propose(engine, verifier: Verifier, per_family: int, s: Sampling, rng: random.Random, out: Outcome, rounds: int = 2) -> None:
@@ -166,7 +167,7 @@ def propose(engine, verifier: Verifier, per_family: int, s: Sampling, rng: rando
         for fam in ("code_o", "code_i"):
             count = per_family // rounds + (1 if r < per_family % rounds else 0)
             prompts = [teacher_prompt(fam, rng.sample(buffers[fam], min(s.references_k, len(buffers[fam])))) for _ in range(count)]
-            texts = [t[0] for t in generate(engine, prompts, s, 1, rng.randrange(2**30))]
+            texts = [t[0].text for t in generate(engine, prompts, s, 1, rng.randrange(2**30))]
             proposals = [parse_proposal(fam, t) for t in texts]
             checked = validate_proposals(verifier, fam, proposals)
             out.proposals[fam] = out.proposals.get(fam, 0) + len(texts)
@@ -178,7 +179,7 @@ def propose(engine, verifier: Verifier, per_family: int, s: Sampling, rng: rando
     programs = [t.program for fam in ("code_o", "code_i") for t in out.valid.get(fam, [])] or [identity_task("code_o").program]
     chosen = [rng.choice(programs) for _ in range(per_family)]
     prompts = [teacher_prompt("code_f", [Task("code_o", p, ["0"], ["0"])], n_inputs=s.code_f_inputs) for p in chosen]
-    texts = [t[0] for t in generate(engine, prompts, s, 1, rng.randrange(2**30))]
+    texts = [t[0].text for t in generate(engine, prompts, s, 1, rng.randrange(2**30))]
     proposals = [parse_proposal("code_f", t, program=p, n_inputs=s.code_f_inputs) for t, p in zip(texts, chosen)]
     out.proposals["code_f"] = len(texts)
     checked = validate_proposals(verifier, "code_f", proposals, programs=chosen, n_inputs=s.code_f_inputs)
@@ -193,7 +194,8 @@ def solve(engine, verifier: Verifier, tasks: dict[str, list[Task]], s: Sampling,
     flat = [t for fam in ("code_o", "code_i", "code_f") for t in tasks.get(fam, [])]
     if not flat:
         return
-    answers = generate(engine, [student_prompt(t) for t in flat], s, s.rollouts_k, rng.randrange(2**30))
+    generations = generate(engine, [student_prompt(t) for t in flat], s, s.rollouts_k, rng.randrange(2**30))
+    answers = [[g.text for g in group] for group in generations]
     items = [(t, a) for t, group in zip(flat, answers) for a in group]
     rewards = rewards or RewardsConfig()
     solved_count = [0] * len(flat)
@@ -202,13 +204,15 @@ def solve(engine, verifier: Verifier, tasks: dict[str, list[Task]], s: Sampling,
         out.rollouts[task.family] = out.rollouts.get(task.family, 0) + 1
         out.solved[task.family] = out.solved.get(task.family, 0) + int(judgement.correct)
         solved_count[owner] += int(bool(judgement.correct))
-    for task, group, solved in zip(flat, answers, solved_count):
+    for task, group, solved, gens in zip(flat, answers, solved_count, generations):
         out.judged[task.family] = out.judged.get(task.family, 0) + 1
         out.unsolved[task.family] = out.unsolved.get(task.family, 0) + (not solved)
         rho = solved / len(group) if group else 0.0
         metrics = program_metrics(task.program)
         out.tasks.append({"family": task.family, "loc": metrics["loc"], "ast_depth": metrics["ast_depth"],
-                          "rho": rho, "teacher_reward": proposer_reward(rho, rewards, single_agent=False)})
+                          "rho": rho, "teacher_reward": proposer_reward(rho, rewards, single_agent=False),
+                          # the share of its rollouts cut at max_tokens (a cut trace is a wrong answer)
+                          "truncated": sum(g.finish_reason == "length" for g in gens) / len(gens) if gens else 0.0})
 
 
 REGIME_GATE = {"valid_rate": (0.85, None), "unsolved_share": (None, 0.20), "solve_rate": (0.45, 0.70),
@@ -472,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     log("solve by lines of code: " + ", ".join(f"{b} {v['solve']} (n {v['n']})" for b, v in pooled.items())
         + f"; 7+ / 1-2 {structural['ratio_long_to_short']}; teacher reward per line "
         f"{structural['reward_slope_per_line']['slope']} {structural['reward_slope_per_line']['ci']}")
+    cut = structural.get("truncated_by_loc", {}).get("pooled", {})
+    log("rollouts cut at max_tokens by lines of code: " + ", ".join(f"{b} {v['truncated']}" for b, v in cut.items()))
     result = {
         "variant": args.variant,
         "valid_rate": round(trained.valid_rate(), 3),

@@ -54,9 +54,12 @@ def labels(bins: Bins) -> list[str]:
     return [bin_label(lo, bins) for lo, _ in bins]
 
 
-def solve_by_bin(tasks: Sequence[Mapping[str, Any]], metric: str) -> dict[str, dict[str, dict[str, float | int | None]]]:
+def solve_by_bin(tasks: Sequence[Mapping[str, Any]], metric: str, value: str = "rho",
+                 name: str = "solve") -> dict[str, dict[str, dict[str, float | int | None]]]:
     """Per family and ``pooled``, per bin of ``metric`` (``loc`` or ``ast_depth``, :data:`BINS`): ``n`` valid tasks and
-    the students' solve rate ``solve`` = mean rho (None for an empty bin). Every bin is listed, in order."""
+    the students' solve rate ``solve`` = mean rho (None for an empty bin). Every bin is listed, in order. Another
+    per-task ``value`` gives its mean under ``name`` (the bench's ``truncated``: the share of rollouts cut at
+    ``max_tokens``)."""
     bins = BINS[metric]
     groups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for task in tasks:
@@ -64,8 +67,8 @@ def solve_by_bin(tasks: Sequence[Mapping[str, Any]], metric: str) -> dict[str, d
         if label is None:
             continue
         for family in ("pooled", task["family"]):
-            groups[family][label].append(float(task["rho"]))
-    return {family: {label: {"n": len(by[label]), "solve": round(float(np.mean(by[label])), 4) if by[label] else None}
+            groups[family][label].append(float(task[value]))
+    return {family: {label: {"n": len(by[label]), name: round(float(np.mean(by[label])), 4) if by[label] else None}
                      for label in labels(bins)}
             for family, by in sorted(groups.items())}
 
@@ -131,17 +134,22 @@ def structural_readout(tasks: Sequence[Mapping[str, Any]], reps: int = 2000, see
     """The bins (solve rate and count by LOC and by AST depth, per family and pooled), the reward slope on lines of
     code with its interval, and ``ratio_long_to_short``: the pooled solve rate at 7+ lines over that at 1-2 lines
     (None when either is empty or the short bin's rate is 0), and the same per family
-    (``ratio_long_to_short_by_family``; the gate reads the pooled one)."""
+    (``ratio_long_to_short_by_family``; the gate reads the pooled one). With a ``truncated`` share in every record
+    (the bench's), ``truncated_by_loc``: its mean by LOC bin, which tells a student that errs on a longer program
+    from one that runs out of tokens on it."""
     by_loc = solve_by_bin(tasks, "loc")
 
     def ratio(bins: Mapping[str, Mapping[str, Any]]) -> float | None:
         short, long = bins.get(SHORT_BIN, {}).get("solve"), bins.get(LONG_BIN, {}).get("solve")
         return round(long / short, 4) if short and long is not None else None
 
-    return {"tasks": len(tasks), "solve_by_loc": by_loc, "solve_by_ast_depth": solve_by_bin(tasks, "ast_depth"),
-            "ratio_long_to_short": ratio(by_loc.get("pooled", {})),
-            "ratio_long_to_short_by_family": {f: ratio(bins) for f, bins in by_loc.items() if f != "pooled"},
-            "reward_slope_per_line": reward_slope(tasks, reps, seed)}
+    out = {"tasks": len(tasks), "solve_by_loc": by_loc, "solve_by_ast_depth": solve_by_bin(tasks, "ast_depth"),
+           "ratio_long_to_short": ratio(by_loc.get("pooled", {})),
+           "ratio_long_to_short_by_family": {f: ratio(bins) for f, bins in by_loc.items() if f != "pooled"},
+           "reward_slope_per_line": reward_slope(tasks, reps, seed)}
+    if tasks and all("truncated" in t for t in tasks):
+        out["truncated_by_loc"] = solve_by_bin(tasks, "loc", value="truncated", name="truncated")
+    return out
 
 
 def structural_gate(readout: Mapping[str, Any]) -> dict[str, Any]:

@@ -122,10 +122,23 @@ def test_the_bench_keeps_each_valid_tasks_rho_and_program_size(tmp_path):
     with Verifier() as verifier:
         engine = make_engine("hf", ensure_model("test", progress=False), max_adapters=1, max_lora_rank=8)
         solve(engine, verifier, tasks, Sampling(0.6, 48, 2, 3, 4), random.Random(0), out, RewardsConfig())
+        cut = Outcome()  # two tokens end no answer: every rollout is cut at max_tokens
+        solve(engine, verifier, tasks, Sampling(0.6, 2, 2, 3, 4), random.Random(0), cut, RewardsConfig())
         engine.close()
+    assert [t["truncated"] for t in cut.tasks] == [1.0] * 3 and sum(cut.solved.values()) == 0
+    assert all(t["truncated"] in (0.0, 0.25, 0.5, 0.75, 1.0) for t in out.tasks)
     assert [(t["family"], t["loc"], t["ast_depth"]) for t in out.tasks] == [
         (task.family, program_metrics(task.program)["loc"], program_metrics(task.program)["ast_depth"])
         for family in ("code_o", "code_i") for task in tasks[family]]
     assert all(t["rho"] in (0.0, 0.25, 0.5, 0.75, 1.0) for t in out.tasks)
     assert sum(4 * t["rho"] for t in out.tasks) == sum(out.solved.values()) and sum(out.rollouts.values()) == 12
     assert all(t["teacher_reward"] == (0.0 if t["rho"] == 0 else 1 - t["rho"]) for t in out.tasks)
+
+
+def test_the_truncated_share_is_read_by_bin_where_every_record_has_it():
+    tasks = [{**task("code_o", 1, 1.0), "truncated": 0.0}, {**task("code_o", 8, 0.0), "truncated": 0.75},
+             {**task("code_i", 9, 0.5), "truncated": 0.25}]
+    readout = structural_readout(tasks, reps=20)
+    assert readout["truncated_by_loc"]["pooled"]["7+"] == {"n": 2, "truncated": 0.5}
+    assert readout["truncated_by_loc"]["code_o"]["1-2"] == {"n": 1, "truncated": 0.0}
+    assert "truncated_by_loc" not in structural_readout([task("code_o", 1, 1.0)] + tasks, reps=20)
