@@ -66,6 +66,7 @@ from tinycoder import BUILD_ENV, ensure_model, model_dir
 from tinycoder.build import TYPICAL_EXAMPLE
 from tinycoder.cache import MANIFEST
 from tinycoder.model import stand_in_model
+from tinycoder.line_trace import step_counts
 from tinycoder.settings import VARIANTS, variant_settings
 from tinycoder.train import cpu_threads, measure_step_seconds
 from verifier import Task, identity_task, parse_proposal, student_prompt, teacher_prompt
@@ -204,6 +205,7 @@ def solve(engine, verifier: Verifier, tasks: dict[str, list[Task]], s: Sampling,
         out.rollouts[task.family] = out.rollouts.get(task.family, 0) + 1
         out.solved[task.family] = out.solved.get(task.family, 0) + int(judgement.correct)
         solved_count[owner] += int(bool(judgement.correct))
+    steps = iter(step_counts(verifier, [(t.program, t.inputs[0]) for t in flat if t.family == "code_o"]))
     for task, group, solved, gens in zip(flat, answers, solved_count, generations):
         out.judged[task.family] = out.judged.get(task.family, 0) + 1
         out.unsolved[task.family] = out.unsolved.get(task.family, 0) + (not solved)
@@ -212,7 +214,9 @@ def solve(engine, verifier: Verifier, tasks: dict[str, list[Task]], s: Sampling,
         out.tasks.append({"family": task.family, "loc": metrics["loc"], "ast_depth": metrics["ast_depth"],
                           "rho": rho, "teacher_reward": proposer_reward(rho, rewards, single_agent=False),
                           # the share of its rollouts cut at max_tokens (a cut trace is a wrong answer)
-                          "truncated": sum(g.finish_reason == "length" for g in gens) / len(gens) if gens else 0.0})
+                          "truncated": sum(g.finish_reason == "length" for g in gens) / len(gens) if gens else 0.0,
+                          # a code_o task's executed steps on its input (tinycoder.line_trace.step_counts)
+                          "steps": next(steps) if task.family == "code_o" else None})
 
 
 REGIME_GATE = {"valid_rate": (0.85, None), "unsolved_share": (None, 0.20), "solve_rate": (0.45, 0.70),
@@ -478,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{structural['reward_slope_per_line']['slope']} {structural['reward_slope_per_line']['ci']}")
     cut = structural.get("truncated_by_loc", {}).get("pooled", {})
     log("rollouts cut at max_tokens by lines of code: " + ", ".join(f"{b} {v['truncated']}" for b, v in cut.items()))
+    by_steps = structural.get("solve_by_steps", {}).get("code_o", {})
+    log("code_o solve by executed steps: " + ", ".join(f"{b} {v['solve']} (n {v['n']})" for b, v in by_steps.items()))
     result = {
         "variant": args.variant,
         "valid_rate": round(trained.valid_rate(), 3),

@@ -34,7 +34,10 @@ LOC_BINS: Bins = ((1, 2), (3, 4), (5, 6), (7, 10_000))
 """Lines-of-code bins of valid programs (inclusive)."""
 AST_DEPTH_BINS: Bins = ((1, 5), (6, 6), (7, 7), (8, 10_000))
 """AST-depth bins (inclusive): the toy's programs sit at depth 6-8 (the shipped corpora's seed tasks 4-10)."""
-BINS: dict[str, Bins] = {"loc": LOC_BINS, "ast_depth": AST_DEPTH_BINS}
+STEP_BINS: Bins = ((0, 2), (3, 6), (7, 14), (15, 10_000))
+"""Bins of a code_o task's executed steps (``tinycoder.line_trace.step_counts``: the events a line-by-line reader of
+the program on the task's input passes through), where the bench records them."""
+BINS: dict[str, Bins] = {"loc": LOC_BINS, "ast_depth": AST_DEPTH_BINS, "steps": STEP_BINS}
 CENTRAL_SHARE = 0.8
 STRUCTURAL_GATE = {"min_tasks_per_bin": 30, "max_ratio_long_to_short": 0.6, "slope_above": 0.0}
 """The structural gate, fixed before any variant is built for it (the toy's mechanism needs a student for whom
@@ -63,7 +66,7 @@ def solve_by_bin(tasks: Sequence[Mapping[str, Any]], metric: str, value: str = "
     bins = BINS[metric]
     groups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for task in tasks:
-        label = bin_label(task[metric], bins)
+        label = None if task.get(metric) is None else bin_label(task[metric], bins)
         if label is None:
             continue
         for family in ("pooled", task["family"]):
@@ -136,7 +139,8 @@ def structural_readout(tasks: Sequence[Mapping[str, Any]], reps: int = 2000, see
     (None when either is empty or the short bin's rate is 0), and the same per family
     (``ratio_long_to_short_by_family``; the gate reads the pooled one). With a ``truncated`` share in every record
     (the bench's), ``truncated_by_loc``: its mean by LOC bin, which tells a student that errs on a longer program
-    from one that runs out of tokens on it."""
+    from one that runs out of tokens on it. Where records hold ``steps`` (the bench's code_o tasks), ``solve_by_steps``:
+    the solve rate by :data:`STEP_BINS`."""
     by_loc = solve_by_bin(tasks, "loc")
 
     def ratio(bins: Mapping[str, Mapping[str, Any]]) -> float | None:
@@ -149,6 +153,8 @@ def structural_readout(tasks: Sequence[Mapping[str, Any]], reps: int = 2000, see
            "reward_slope_per_line": reward_slope(tasks, reps, seed)}
     if tasks and all("truncated" in t for t in tasks):
         out["truncated_by_loc"] = solve_by_bin(tasks, "loc", value="truncated", name="truncated")
+    if any(t.get("steps") is not None for t in tasks):
+        out["solve_by_steps"] = solve_by_bin(tasks, "steps")
     return out
 
 

@@ -126,6 +126,7 @@ def test_the_bench_keeps_each_valid_tasks_rho_and_program_size(tmp_path):
         solve(engine, verifier, tasks, Sampling(0.6, 2, 2, 3, 4), random.Random(0), cut, RewardsConfig())
         engine.close()
     assert [t["truncated"] for t in cut.tasks] == [1.0] * 3 and sum(cut.solved.values()) == 0
+    assert [t["steps"] for t in out.tasks] == [0, 5, None]  # identity: no step; [1, 2]: total, x, total, x, total
     assert all(t["truncated"] in (0.0, 0.25, 0.5, 0.75, 1.0) for t in out.tasks)
     assert [(t["family"], t["loc"], t["ast_depth"]) for t in out.tasks] == [
         (task.family, program_metrics(task.program)["loc"], program_metrics(task.program)["ast_depth"])
@@ -142,3 +143,12 @@ def test_the_truncated_share_is_read_by_bin_where_every_record_has_it():
     assert readout["truncated_by_loc"]["pooled"]["7+"] == {"n": 2, "truncated": 0.5}
     assert readout["truncated_by_loc"]["code_o"]["1-2"] == {"n": 1, "truncated": 0.0}
     assert "truncated_by_loc" not in structural_readout([task("code_o", 1, 1.0)] + tasks, reps=20)
+
+
+def test_code_o_tasks_with_their_executed_steps_are_read_by_steps_bin():
+    tasks = [{**task("code_o", 3, 1.0), "steps": 1}, {**task("code_o", 3, 0.0), "steps": 20},
+             {**task("code_o", 9, 0.5), "steps": 2}, {**task("code_i", 9, 0.5), "steps": None}]
+    by_steps = structural_readout(tasks, reps=20)["solve_by_steps"]
+    assert by_steps["code_o"]["0-2"] == {"n": 2, "solve": 0.75} and by_steps["code_o"]["15+"] == {"n": 1, "solve": 0.0}
+    assert "code_i" not in by_steps and by_steps["pooled"]["3-6"] == {"n": 0, "solve": None}
+    assert "solve_by_steps" not in structural_readout([task("code_o", 3, 1.0)], reps=20)

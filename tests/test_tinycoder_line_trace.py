@@ -14,7 +14,7 @@ from tinycoder import build_here, model_dir
 from tinycoder.cache import MANIFEST
 from tinycoder.corpus import build_corpus, draw_programs
 from tinycoder.examples import ExampleMix, ExampleWriter
-from tinycoder.line_trace import ELIDED, MAX_EVENTS, instrument, line_traces, render
+from tinycoder.line_trace import ELIDED, MAX_EVENTS, instrument, line_traces, render, step_counts
 from tinycoder.liveness import dead_code
 from tinycoder.settings import VARIANTS, continued_settings, describe
 from tinycoder.task_sets import trained_programs
@@ -169,3 +169,9 @@ def test_dead_code_is_what_the_return_value_never_depends_on(source, dead):
 
 def test_dead_code_needs_a_single_top_level_f():
     assert dead_code("def g(x):\n    return x\n") is None and dead_code("def f(:\n") is None
+
+
+def test_step_counts_are_the_events_a_line_by_line_reader_passes_through(verifier):
+    counts = step_counts(verifier, [(LOOP, "[1, 2, 3]"), (LOOP, "[]"), (LOOP, str(list(range(40)))),
+                                    ("def f(s):\n    return s.split()\n", "'a b'"), ("import os\n", "1")])
+    assert counts == [6, 1, MAX_EVENTS, 0, None]

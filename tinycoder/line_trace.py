@@ -109,19 +109,25 @@ def instrument(source: str) -> str | None:
     return ast.unparse(ast.fix_missing_locations(module)) + "\n"
 
 
-def render(result: ExecResult, budget: int) -> tuple[str, ...]:
-    """The ``name = value`` lines of an instrumented run's events, read with the bounded literal reader, at most
-    ``budget`` characters of them, the rest elided as one ``...`` line; empty when the run failed or its output is not
-    a list of (name, repr) pairs."""
+def read_events(result: ExecResult) -> list[tuple[str, str]] | None:
+    """The ``(name, repr)`` events of an instrumented run, read with the bounded literal reader; None when the run
+    failed or its output is not a list of such pairs."""
     if result.status is not Status.OK or result.output is None:
-        return ()
+        return None
     try:
         events = literals.read(result.output)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return ()
+        return None
     if not isinstance(events, list) or not all(
             isinstance(e, tuple) and len(e) == 2 and all(isinstance(part, str) for part in e) for e in events):
-        return ()
+        return None
+    return events
+
+
+def render(result: ExecResult, budget: int) -> tuple[str, ...]:
+    """The ``name = value`` lines of an instrumented run's events (:func:`read_events`), at most ``budget``
+    characters of them, the rest elided as one ``...`` line; empty when the run gives no events."""
+    events = read_events(result) or []
     lines: list[str] = []
     used = 0
     for at, (name, value) in enumerate(events):
@@ -134,10 +140,26 @@ def render(result: ExecResult, budget: int) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def line_traces(executor, items: Sequence[tuple[str, str]], budget: int) -> list[tuple[str, ...]]:
-    """The rendered trace of each ``(program, input)`` (:func:`render`; empty where the program cannot be
-    instrumented or its instrumented run fails), run by ``executor`` (``Verifier.execute_many``: the sandbox)."""
+def _runs(executor, items: Sequence[tuple[str, str]]) -> list[ExecResult | None]:
+    """Each ``(program, input)``'s instrumented run by ``executor`` (``Verifier.execute_many``: the sandbox), in one
+    batch; None where the program cannot be instrumented."""
     sources = [instrument(program) for program, _ in items]
     runnable = [(source, args) for source, (_, args) in zip(sources, items) if source is not None]
-    results = iter(executor.execute_many(runnable, repeats=1))
-    return [render(next(results), budget) if source is not None else () for source in sources]
+    results = iter(executor.execute_many(runnable, repeats=1) if runnable else [])
+    return [next(results) if source is not None else None for source in sources]
+
+
+def line_traces(executor, items: Sequence[tuple[str, str]], budget: int) -> list[tuple[str, ...]]:
+    """The rendered trace of each ``(program, input)`` (:func:`render`; empty where the program cannot be
+    instrumented or its instrumented run fails)."""
+    return [render(result, budget) if result is not None else () for result in _runs(executor, items)]
+
+
+def step_counts(executor, items: Sequence[tuple[str, str]]) -> list[int | None]:
+    """How many steps (events) running each ``(program, input)`` takes a line-by-line reader: the work a code_o task
+    asks, set by the program and its input together (``MAX_EVENTS`` means at least that many); None where unknown."""
+    counts = []
+    for result in _runs(executor, items):
+        events = None if result is None else read_events(result)
+        counts.append(None if events is None else len(events))
+    return counts
