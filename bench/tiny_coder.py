@@ -484,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     log("rollouts cut at max_tokens by lines of code: " + ", ".join(f"{b} {v['truncated']}" for b, v in cut.items()))
     by_steps = structural.get("solve_by_steps", {}).get("code_o", {})
     log("code_o solve by executed steps: " + ", ".join(f"{b} {v['solve']} (n {v['n']})" for b, v in by_steps.items()))
+    steps_by_loc = structural.get("steps_by_loc", {}).get("code_o", {})
+    log("code_o mean executed steps by lines of code: " + ", ".join(f"{b} {v['steps']}" for b, v in steps_by_loc.items()))
     result = {
         "variant": args.variant,
         "valid_rate": round(trained.valid_rate(), 3),

@@ -140,7 +140,8 @@ def structural_readout(tasks: Sequence[Mapping[str, Any]], reps: int = 2000, see
     (``ratio_long_to_short_by_family``; the gate reads the pooled one). With a ``truncated`` share in every record
     (the bench's), ``truncated_by_loc``: its mean by LOC bin, which tells a student that errs on a longer program
     from one that runs out of tokens on it. Where records hold ``steps`` (the bench's code_o tasks), ``solve_by_steps``:
-    the solve rate by :data:`STEP_BINS`."""
+    the solve rate by :data:`STEP_BINS`, and ``steps_by_loc``: their mean steps by LOC bin (whether longer programs
+    ask more work)."""
     by_loc = solve_by_bin(tasks, "loc")
 
     def ratio(bins: Mapping[str, Mapping[str, Any]]) -> float | None:
@@ -153,8 +154,10 @@ def structural_readout(tasks: Sequence[Mapping[str, Any]], reps: int = 2000, see
            "reward_slope_per_line": reward_slope(tasks, reps, seed)}
     if tasks and all("truncated" in t for t in tasks):
         out["truncated_by_loc"] = solve_by_bin(tasks, "loc", value="truncated", name="truncated")
-    if any(t.get("steps") is not None for t in tasks):
-        out["solve_by_steps"] = solve_by_bin(tasks, "steps")
+    stepped = [t for t in tasks if t.get("steps") is not None]
+    if stepped:
+        out["solve_by_steps"] = solve_by_bin(stepped, "steps")
+        out["steps_by_loc"] = solve_by_bin(stepped, "loc", value="steps", name="steps")
     return out
 
 

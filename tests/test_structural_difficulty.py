@@ -151,4 +151,6 @@ def test_code_o_tasks_with_their_executed_steps_are_read_by_steps_bin():
     by_steps = structural_readout(tasks, reps=20)["solve_by_steps"]
     assert by_steps["code_o"]["0-2"] == {"n": 2, "solve": 0.75} and by_steps["code_o"]["15+"] == {"n": 1, "solve": 0.0}
     assert "code_i" not in by_steps and by_steps["pooled"]["3-6"] == {"n": 0, "solve": None}
+    steps_by_loc = structural_readout(tasks, reps=20)["steps_by_loc"]["code_o"]
+    assert steps_by_loc["3-4"] == {"n": 2, "steps": 10.5} and steps_by_loc["7+"] == {"n": 1, "steps": 2.0}
     assert "solve_by_steps" not in structural_readout([task("code_o", 3, 1.0)], reps=20)
