@@ -37,7 +37,9 @@ AST_DEPTH_BINS: Bins = ((1, 5), (6, 6), (7, 7), (8, 10_000))
 STEP_BINS: Bins = ((0, 2), (3, 6), (7, 14), (15, 10_000))
 """Bins of a code_o task's executed steps (``tinycoder.line_trace.step_counts``: the events a line-by-line reader of
 the program on the task's input passes through), where the bench records them."""
-BINS: dict[str, Bins] = {"loc": LOC_BINS, "ast_depth": AST_DEPTH_BINS, "steps": STEP_BINS}
+BINS: dict[str, Bins] = {"loc": LOC_BINS, "ast_depth": AST_DEPTH_BINS}
+"""The program-size metrics every task record has, and their bins."""
+METRIC_BINS: dict[str, Bins] = {**BINS, "steps": STEP_BINS}
 CENTRAL_SHARE = 0.8
 STRUCTURAL_GATE = {"min_tasks_per_bin": 30, "max_ratio_long_to_short": 0.6, "slope_above": 0.0}
 """The structural gate, fixed before any variant is built for it (the toy's mechanism needs a student for whom
@@ -59,11 +61,11 @@ def labels(bins: Bins) -> list[str]:
 
 def solve_by_bin(tasks: Sequence[Mapping[str, Any]], metric: str, value: str = "rho",
                  name: str = "solve") -> dict[str, dict[str, dict[str, float | int | None]]]:
-    """Per family and ``pooled``, per bin of ``metric`` (``loc`` or ``ast_depth``, :data:`BINS`): ``n`` valid tasks and
+    """Per family and ``pooled``, per bin of ``metric`` (``loc``, ``ast_depth`` or ``steps``, :data:`METRIC_BINS`): ``n`` valid tasks and
     the students' solve rate ``solve`` = mean rho (None for an empty bin). Every bin is listed, in order. Another
     per-task ``value`` gives its mean under ``name`` (the bench's ``truncated``: the share of rollouts cut at
     ``max_tokens``)."""
-    bins = BINS[metric]
+    bins = METRIC_BINS[metric]
     groups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for task in tasks:
         label = None if task.get(metric) is None else bin_label(task[metric], bins)
