@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from inference import GenerationRequest, make_engine
+from inference import Generation, GenerationRequest, make_engine
 from configs.loading import load_config
 from tinycoder import BUILD_ENV, ensure_model, model_dir
 from tinycoder.build import TYPICAL_EXAMPLE
@@ -152,7 +152,7 @@ class Outcome:
         return out
 
 
-def generate(engine, prompts: list[str], s: Sampling, n: int, seed: int) -> list[list[Any]]:
+def generate(engine, prompts: list[str], s: Sampling, n: int, seed: int) -> list[list[Generation]]:
     """``n`` ``inference.Generation``s per prompt, with the run's sampling settings."""
     requests = [
         GenerationRequest(adapter=None, prompt=p, temperature=s.temperature, max_tokens=s.max_tokens, n=n, seed=seed + i)

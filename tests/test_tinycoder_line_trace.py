@@ -109,13 +109,15 @@ def test_a_traced_mix_writes_the_line_trace_in_the_code_o_students_think(verifie
         ExampleMix(student_trace="words")
 
 
-def test_a_students_trace_is_never_run_and_a_malformed_one_does_not_change_the_verdict(verifier):
+def test_a_students_trace_is_never_run_and_a_malformed_one_does_not_change_the_verdict(verifier, tmp_path):
     """A trace is model output in <think>: the judge reads the answer only, bounded, and runs nothing of the trace."""
     task = Task("code_o", LOOP, ["[1, 2, 3]"], ["10"])
-    hostile = "total = __import__('os').system('touch /tmp/owned')\n" + "[" * 10_000 + "\nx = ...\n"
+    owned = tmp_path / "owned"
+    hostile = f"total = __import__('os').system('touch {owned}')\n" + "[" * 10_000 + "\nx = ...\n"
     right, wrong = judge_answers(verifier, [(task, student_response("code_o", "10", think=hostile)),
                                             (task, student_response("code_o", "11", think=hostile))])
     assert right.well_formed and right.correct and not wrong.correct
+    assert not owned.exists()
 
 
 @pytest.fixture

@@ -32,14 +32,14 @@ def _event(name: str) -> ast.stmt:
     return ast.parse(f"if len({LOG}) < {MAX_EVENTS}:\n    {LOG}.append(({name!r}, repr({name})))").body[0]
 
 
-def _names(target: ast.expr) -> list[str]:
+def target_names(target: ast.expr) -> list[str]:
     """The variables an assignment to ``target`` changes: a name, the names of a tuple, the base of ``d[k]``."""
     if isinstance(target, ast.Name):
         return [target.id]
     if isinstance(target, (ast.Tuple, ast.List)):
-        return [name for element in target.elts for name in _names(element)]
+        return [name for element in target.elts for name in target_names(element)]
     if isinstance(target, (ast.Subscript, ast.Attribute)):
-        return _names(target.value)
+        return target_names(target.value)
     return []
 
 
@@ -47,9 +47,9 @@ def changed(statement: ast.stmt) -> list[str]:
     """The variables ``statement`` changes, in order: assigned (a name, a tuple's names, the base of ``d[k]``),
     augmented-assigned, or mutated by a method call on a name (``nums.append(x)``, ``letters.pop()``)."""
     if isinstance(statement, ast.Assign):
-        return [name for target in statement.targets for name in _names(target)]
+        return [name for target in statement.targets for name in target_names(target)]
     if isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
-        return _names(statement.target)
+        return target_names(statement.target)
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
         func = statement.value.func
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
@@ -64,7 +64,7 @@ def _traced_body(body: list[ast.stmt]) -> list[ast.stmt]:
             out.append(statement)  # a helper: one step where it is called
             continue
         if isinstance(statement, (ast.For, ast.AsyncFor)):
-            statement.body = [_event(name) for name in _names(statement.target)] + _traced_body(statement.body)
+            statement.body = [_event(name) for name in target_names(statement.target)] + _traced_body(statement.body)
             statement.orelse = _traced_body(statement.orelse)
         elif isinstance(statement, (ast.While, ast.If)):
             statement.body = _traced_body(statement.body)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 
-from tinycoder.line_trace import changed, parse_f
+from tinycoder.line_trace import changed, parse_f, target_names
 
 
 def _reads(node: ast.AST | None) -> set[str]:
@@ -71,7 +71,7 @@ def dead_code(source: str) -> list[str] | None:
     while grown:
         grown = False
         for statement, around in statements:
-            if isinstance(statement, ast.For) and _reads_or_names(statement.target) & live:
+            if isinstance(statement, ast.For) and set(target_names(statement.target)) & live:
                 new = _reads(statement.iter) | around
             elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and set(changed(statement)) & live:
                 new = _statement_reads(statement) | around
@@ -86,6 +86,3 @@ def dead_code(source: str) -> list[str] | None:
         defined += [name for name in names if name not in defined]
     return [name for name in defined if name not in live]
 
-
-def _reads_or_names(target: ast.expr) -> set[str]:
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
